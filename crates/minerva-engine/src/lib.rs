@@ -1,0 +1,1 @@
+//! The engine: one transformer over a Backend trait, the CPU and GPU backends, generation sessions.

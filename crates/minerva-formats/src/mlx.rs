@@ -1,0 +1,1 @@
+//! MLX (mlx-community) folders: safetensors shards whose quantized linears are packed triples.

@@ -1,0 +1,1 @@
+//! SafeTensors reader: one file or a sharded set, through the `safetensors` crate over mmap.

@@ -1,0 +1,1 @@
+//! Text: tokenizers from every format, chat templates, harmony, streaming detokenizer.
