@@ -1,0 +1,114 @@
+//! Quantizers and float encoders on the CPU: f32 rows in, a dtype's stored buffers out. Every
+//! dtype the writers produce goes through `encode_rows`; callers parallelize over row chunks.
+
+pub mod ggml;
+pub mod kquants;
+pub mod mlx;
+pub mod policy;
+
+use crate::dtype::DType;
+use crate::error::{FormatError, Result};
+use half::{bf16, f16};
+
+pub use policy::{QuantPolicy, QuantRecipe};
+
+/// Scales and biases of MLX affine packs are stored as bf16 (mlx-lm's usual dtype).
+pub const MLX_SCALE_DTYPE: DType = DType::BF16;
+
+/// Byte length, per row of `row_len` values, of each buffer a dtype is stored in: one for plain
+/// and ggml types; weight, scales, biases for MLX affine; weight, scales for mxfp4 packs.
+pub fn row_buffer_bytes(dtype: DType, row_len: usize) -> Option<Vec<usize>> {
+    Some(match dtype {
+        DType::MlxAffine { bits, group } => {
+            let g = group as usize;
+            if row_len % g != 0 || (row_len * bits as usize) % 32 != 0 {
+                return None;
+            }
+            let s = row_len / g * MLX_SCALE_DTYPE.block_bytes();
+            vec![row_len * bits as usize / 8, s, s]
+        }
+        DType::MlxMxfp4 | DType::HfMxfp4 => {
+            if row_len % 32 != 0 {
+                return None;
+            }
+            vec![row_len / 2, row_len / 32]
+        }
+        other => vec![other.row_bytes(row_len)?],
+    })
+}
+
+/// Whether `encode_rows` can produce this dtype.
+pub fn can_encode(dtype: DType) -> bool {
+    use DType::*;
+    matches!(
+        dtype,
+        F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K | MXFP4 | MlxMxfp4
+    ) || matches!(dtype, MlxAffine { bits, group } if [2, 3, 4, 5, 6, 8].contains(&bits) && [32, 64, 128].contains(&group))
+}
+
+/// Encodes whole rows of `src` (`row_len` values each) into the dtype's buffers, which hold
+/// exactly those rows (sizes from `row_buffer_bytes` times the row count).
+pub fn encode_rows(dtype: DType, src: &[f32], row_len: usize, bufs: &mut [&mut [u8]]) -> Result<()> {
+    let per_row = row_buffer_bytes(dtype, row_len)
+        .filter(|_| can_encode(dtype))
+        .ok_or_else(|| FormatError::unsupported("quantizer", format!("encoding rows of {row_len} as {}", dtype.name())))?;
+    let rows = if row_len == 0 { 0 } else { src.len() / row_len };
+    if bufs.len() != per_row.len() || bufs.iter().zip(&per_row).any(|(b, &p)| b.len() != p * rows) {
+        return Err(FormatError::malformed("quantizer", format!("output buffers do not fit {rows} rows of {}", dtype.name())));
+    }
+    let block = |f: fn(&[f32], &mut [u8]), n: usize, out: &mut [u8]| {
+        let bb = dtype.block_bytes();
+        for (x, o) in src.chunks_exact(n).zip(out.chunks_exact_mut(bb)) {
+            f(x, o);
+        }
+    };
+    match dtype {
+        DType::F32 => {
+            for (v, o) in src.iter().zip(bufs[0].chunks_exact_mut(4)) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        DType::F16 => {
+            for (v, o) in src.iter().zip(bufs[0].chunks_exact_mut(2)) {
+                o.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
+            }
+        }
+        DType::BF16 => {
+            for (v, o) in src.iter().zip(bufs[0].chunks_exact_mut(2)) {
+                o.copy_from_slice(&bf16::from_f32(*v).to_le_bytes());
+            }
+        }
+        DType::Q8_0 => block(ggml::q8_0, 32, bufs[0]),
+        DType::Q4_0 => block(ggml::q4_0, 32, bufs[0]),
+        DType::Q4_1 => block(ggml::q4_1, 32, bufs[0]),
+        DType::Q5_0 => block(ggml::q5_0, 32, bufs[0]),
+        DType::Q5_1 => block(ggml::q5_1, 32, bufs[0]),
+        DType::MXFP4 => block(ggml::mxfp4, 32, bufs[0]),
+        DType::Q4_K => block(kquants::q4_k, 256, bufs[0]),
+        DType::Q5_K => block(kquants::q5_k, 256, bufs[0]),
+        DType::Q6_K => block(kquants::q6_k, 256, bufs[0]),
+        DType::MlxAffine { bits, group } => {
+            let [w, s, b] = bufs else { unreachable!("three buffers checked above") };
+            for (r, x) in src.chunks_exact(row_len).enumerate() {
+                let span = |p: usize| r * p..(r + 1) * p;
+                mlx::affine_row(
+                    x,
+                    bits,
+                    group as usize,
+                    MLX_SCALE_DTYPE,
+                    &mut w[span(per_row[0])],
+                    &mut s[span(per_row[1])],
+                    &mut b[span(per_row[2])],
+                );
+            }
+        }
+        DType::MlxMxfp4 => {
+            let [w, s] = bufs else { unreachable!("two buffers checked above") };
+            for (r, x) in src.chunks_exact(row_len).enumerate() {
+                mlx::mxfp4_row(x, &mut w[r * per_row[0]..(r + 1) * per_row[0]], &mut s[r * per_row[1]..(r + 1) * per_row[1]]);
+            }
+        }
+        _ => unreachable!("can_encode checked above"),
+    }
+    Ok(())
+}
