@@ -113,25 +113,29 @@ pub fn mxfp4_exponent(x: &[f32]) -> u8 {
     }
 }
 
-/// Nearest E2M1 code of `v` for a block exponent `e` (the first code on ties, as llama.cpp).
+/// Nearest E2M1 code of `v` for a block exponent `e`. Ties go to the smaller magnitude and
+/// values that round to zero get the +0 code, as llama.cpp's search picks the first best code.
 pub fn mxfp4_code(v: f32, e: u8) -> u8 {
-    // 2^(e−128): half the block scale, matching the doubled magnitudes.
     let half = match e {
         0 => f32::from_bits(0x0010_0000),
         1 => f32::from_bits(0x0020_0000),
         _ => f32::from_bits(((e as u32) - 1) << 23),
     };
-    let (mut best, mut best_err) = (0u8, v.abs());
-    for code in 1..16u8 {
-        let mag = E2M1_X2[(code & 7) as usize] * half;
-        let val = if code & 8 != 0 { -mag } else { mag };
-        let err = (val - v).abs();
-        if err < best_err {
-            best = code;
-            best_err = err;
+    let a = v.abs();
+    // Midpoints between neighbouring doubled magnitudes, scaled: exact, as the scale is 2^k.
+    let mut idx = 0u8;
+    for k in 0..7 {
+        if a > (E2M1_X2[k] + E2M1_X2[k + 1]) * 0.5 * half {
+            idx = k as u8 + 1;
         }
     }
-    best
+    if idx == 0 {
+        0
+    } else if v < 0.0 {
+        idx | 8
+    } else {
+        idx
+    }
 }
 
 /// GGUF MXFP4: exponent byte, then element j in the low nibble and j+16 in the high nibble.

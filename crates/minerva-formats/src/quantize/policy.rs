@@ -82,6 +82,42 @@ pub fn fit_row(dtype: DType, row_len: usize) -> DType {
     }
 }
 
+/// The GGUF policy for a `--quant` name, following llama-quantize's choices: `q4_k_m` and
+/// `q5_k_m` are the K_M mixes; the 32-block types keep the output (or the tied embedding) in
+/// Q6_K; `mxfp4` on an MoE model is MXFP4_MOE (experts MXFP4, other matrices Q8_0); the router
+/// and 1-D tensors stay F32.
+pub fn gguf_policy(quant: &str, n_layers: usize, tied: bool, moe: bool) -> Option<QuantPolicy> {
+    let base = |d| QuantPolicy { keep_router_plain: true, ..QuantPolicy::uniform(d, DType::F32, n_layers) };
+    let output_q6 = |mut p: QuantPolicy| {
+        p.overrides.push((if tied { Role::TokenEmbd } else { Role::Output }, DType::Q6_K));
+        p
+    };
+    Some(match quant.to_ascii_lowercase().as_str() {
+        "f32" => base(DType::F32),
+        "f16" => base(DType::F16),
+        "bf16" => base(DType::BF16),
+        "q8_0" => base(DType::Q8_0),
+        "q4_0" => output_q6(base(DType::Q4_0)),
+        "q4_1" => output_q6(base(DType::Q4_1)),
+        "q5_0" => output_q6(base(DType::Q5_0)),
+        "q5_1" => output_q6(base(DType::Q5_1)),
+        "q6_k" => base(DType::Q6_K),
+        "q4_k_m" => QuantPolicy { recipe: QuantRecipe::KMixed(DType::Q4_K), ..base(DType::Q4_K) },
+        "q5_k_m" => QuantPolicy { recipe: QuantRecipe::KMixed(DType::Q5_K), ..base(DType::Q5_K) },
+        "mxfp4" if moe => {
+            let mut p = base(DType::Q8_0);
+            p.recipe = QuantRecipe::Uniform(DType::Q8_0);
+            p.overrides = vec![(Role::ExpGate, DType::MXFP4), (Role::ExpUp, DType::MXFP4), (Role::ExpDown, DType::MXFP4)];
+            p
+        }
+        "mxfp4" => base(DType::MXFP4),
+        _ => return None,
+    })
+}
+
+/// The `--quant` names GGUF accepts.
+pub const GGUF_QUANTS: &str = "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k_m q5_k_m q6_k mxfp4";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 //! chunked parallel path; `model` turns a whole model into each format's names and layouts.
 
 pub mod atomic;
+pub mod from_checkpoint;
 pub mod gguf;
 pub mod model;
 pub mod safetensors;

@@ -60,10 +60,42 @@ pub enum MlxQuant {
     Mxfp4,
 }
 
+impl MlxQuant {
+    /// `--quant` for MLX: the bits (2 3 4 5 6 8) or `mxfp4`.
+    pub fn parse(quant: &str, group: Option<u16>) -> Option<MlxQuant> {
+        if quant.eq_ignore_ascii_case("mxfp4") {
+            return (group.unwrap_or(32) == 32).then_some(MlxQuant::Mxfp4);
+        }
+        let bits: u8 = quant.trim_end_matches("bit").parse().ok()?;
+        let group = group.unwrap_or(64);
+        ([2, 3, 4, 5, 6, 8].contains(&bits) && [32, 64, 128].contains(&group)).then_some(MlxQuant::Affine { bits, group })
+    }
+
+    /// Folder-name suffix: `4bit`, `mxfp4`.
+    pub fn label(&self) -> String {
+        match self {
+            MlxQuant::Affine { bits, group: 64 } => format!("{bits}bit"),
+            MlxQuant::Affine { bits, group } => format!("{bits}bit-g{group}"),
+            MlxQuant::Mxfp4 => "mxfp4".into(),
+        }
+    }
+}
+
 pub enum Target {
     Gguf(QuantPolicy),
     Safetensors(DType),
     Mlx(MlxQuant),
+}
+
+impl Target {
+    /// The format's name.
+    pub fn format(&self) -> &'static str {
+        match self {
+            Target::Gguf(_) => "gguf",
+            Target::Safetensors(_) => "safetensors",
+            Target::Mlx(_) => "mlx",
+        }
+    }
 }
 
 fn cfg_usize(c: &Value, key: &str) -> Option<usize> {
@@ -187,12 +219,40 @@ fn llama3_rope_factors(scaling: &Value, theta: f64, dim: usize) -> Vec<f32> {
         .collect()
 }
 
+/// A target from a format name and `--quant` / `--group-size` (None: each format's default:
+/// GGUF f16, SafeTensors bf16, MLX 4-bit).
+pub fn parse_target(model: &Model, format: &str, quant: Option<&str>, group: Option<u16>) -> std::result::Result<Target, String> {
+    let n_layers = cfg_usize(&model.config, "num_hidden_layers").unwrap_or(0);
+    let moe = model.tensors.iter().any(|t| t.id.role == Role::ExpGate);
+    match format.to_ascii_lowercase().as_str() {
+        "gguf" => {
+            let q = quant.unwrap_or("f16");
+            crate::quantize::policy::gguf_policy(q, n_layers, model.tied(), moe)
+                .map(Target::Gguf)
+                .ok_or_else(|| format!("unknown GGUF quant '{q}' (one of: {})", crate::quantize::policy::GGUF_QUANTS))
+        }
+        "safetensors" | "hf" => match quant.unwrap_or("bf16").to_ascii_lowercase().as_str() {
+            "f32" => Ok(Target::Safetensors(DType::F32)),
+            "f16" => Ok(Target::Safetensors(DType::F16)),
+            "bf16" => Ok(Target::Safetensors(DType::BF16)),
+            q => Err(format!("unknown SafeTensors dtype '{q}' (one of: f32 f16 bf16)")),
+        },
+        "mlx" => {
+            let q = quant.unwrap_or("4");
+            MlxQuant::parse(q, group).map(Target::Mlx).ok_or_else(|| {
+                format!("unknown MLX quant '{q}' with group size {group:?} (bits 2 3 4 5 6 8 with group 32, 64 or 128; or mxfp4 with group 32)")
+            })
+        }
+        f => Err(format!("unknown format '{f}' (gguf, safetensors or mlx)")),
+    }
+}
+
 impl<'a> Model<'a> {
     fn vocab_size(&self) -> usize {
         cfg_usize(&self.config, "vocab_size").unwrap_or(0)
     }
 
-    fn tied(&self) -> bool {
+    pub fn tied(&self) -> bool {
         !self.tensors.iter().any(|t| t.id.role == Role::Output)
     }
 
@@ -420,16 +480,24 @@ impl<'a> Model<'a> {
 
     /// Writes the model to `out` in the target format, atomically. Returns the final path.
     pub fn write(&self, target: &Target, out: &Path, progress: Progress) -> Result<PathBuf> {
+        self.write_sized(target, out, progress, &|_| {})
+    }
+
+    /// As `write`, first telling `total` how many tensor bytes will be written.
+    pub fn write_sized(&self, target: &Target, out: &Path, progress: Progress, total: &dyn Fn(u64)) -> Result<PathBuf> {
+        let sum = |ts: &[OutTensor]| ts.iter().map(|t| t.buffer_bytes().map_or(0, |b| b.iter().sum::<usize>() as u64)).sum::<u64>();
         match target {
             Target::Gguf(policy) => {
                 let meta = self.gguf_metadata(policy, out)?;
                 let tensors = self.gguf_tensors(policy, out)?;
+                total(sum(&tensors));
                 let o = AtomicOutput::file(out)?;
                 super::gguf::write_gguf(o.path(), &meta, &tensors, progress)?;
                 o.commit()
             }
             Target::Safetensors(dtype) => {
                 let tensors = self.hf_tensors(*dtype, out)?;
+                total(sum(&tensors));
                 let mut config = self.config.clone();
                 let name = match dtype {
                     DType::F32 => "float32",
@@ -445,6 +513,7 @@ impl<'a> Model<'a> {
             }
             Target::Mlx(q) => {
                 let (tensors, block) = self.mlx_tensors(*q, out)?;
+                total(sum(&tensors));
                 let mut config = self.config.clone();
                 config["quantization"] = block.clone();
                 config["quantization_config"] = block;
