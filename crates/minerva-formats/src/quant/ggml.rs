@@ -196,11 +196,12 @@ fn q8_k(b: &[u8], out: &mut [f32]) {
 }
 
 /// MXFP4 {e: E8M0, qs[16]}: element j in the low nibble of qs[j], j+16 in the high.
+/// ggml's code table holds integers, so code 8 (−0) decodes to +0: adding +0 does that.
 fn mxfp4(b: &[u8], out: &mut [f32]) {
     let s = e8m0_to_f32(b[0]);
     for (j, &q) in b[1..17].iter().enumerate() {
-        out[j] = E2M1[(q & 0xF) as usize] * s;
-        out[j + 16] = E2M1[(q >> 4) as usize] * s;
+        out[j] = E2M1[(q & 0xF) as usize] * s + 0.0;
+        out[j + 16] = E2M1[(q >> 4) as usize] * s + 0.0;
     }
 }
 
