@@ -30,6 +30,8 @@ pub struct Header {
     pub metadata: Metadata,
     pub tensors: Vec<TensorInfo>,
     pub alignment: u64,
+    /// Bytes of the header proper (magic to the last tensor info), before the padding.
+    pub header_len: u64,
     /// Absolute byte offset of the (aligned) tensor data section.
     pub data_start: u64,
 }
@@ -252,6 +254,7 @@ pub fn parse_header(bytes: &[u8], path: &Path) -> Result<Header> {
         metadata,
         tensors,
         alignment,
+        header_len: c.pos as u64,
         data_start,
     })
 }
