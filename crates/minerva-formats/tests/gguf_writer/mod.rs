@@ -1,5 +1,6 @@
 //! A minimal GGUF writer for tests: key/values given as (type id, encoded value) and tensors as
-//! raw bytes, laid out like llama.cpp lays them out (32-byte aligned data section).
+//! raw bytes, laid out like llama.cpp lays them out (aligned data section: 32 bytes, or a valid u32
+//! `general.alignment` key).
 
 #![allow(dead_code)]
 
@@ -71,6 +72,14 @@ impl Gguf {
     }
 
     pub fn bytes(&self) -> Vec<u8> {
+        let align = self
+            .kv
+            .iter()
+            .find(|(k, (t, _))| k == "general.alignment" && *t == 4)
+            .map(|(_, (_, v))| u32::from_le_bytes(v[..4].try_into().unwrap()) as usize)
+            // Invalid values (for error tests) leave the layout at the default.
+            .filter(|a| a.is_power_of_two())
+            .unwrap_or(ALIGN);
         let mut b = b"GGUF".to_vec();
         b.extend(3u32.to_le_bytes());
         b.extend((self.tensors.len() as u64).to_le_bytes());
@@ -87,12 +96,12 @@ impl Gguf {
             t.ne.iter().for_each(|d| b.extend(d.to_le_bytes()));
             b.extend(t.ggml_type.to_le_bytes());
             b.extend((offset as u64).to_le_bytes());
-            offset = (offset + t.data.len()).next_multiple_of(ALIGN);
+            offset = (offset + t.data.len()).next_multiple_of(align);
         }
-        b.resize(b.len().next_multiple_of(ALIGN), 0);
+        b.resize(b.len().next_multiple_of(align), 0);
         for t in &self.tensors {
             b.extend(&t.data);
-            b.resize(b.len().next_multiple_of(ALIGN), 0);
+            b.resize(b.len().next_multiple_of(align), 0);
         }
         b
     }
