@@ -1,41 +1,15 @@
 //! MLX folders: packs joined into logical tensors, and our dequantization against mlx's own
 //! (`tools/dump_mlx_dequant.py` wrote mlx.core.dequantize's results under fixtures/dequant/).
 
-use minerva_formats::{dequantize, Checkpoint, DType, Format, TensorData};
-use sha2::{Digest, Sha256};
-use std::path::PathBuf;
+use minerva_formats::{Checkpoint, DType, Format, TensorData};
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures"))
-}
+mod st_common;
+use st_common::{check_dump, copy_fixture, fixtures};
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Checks every tensor of a dump against our dequantization; returns how many were checked.
 fn check_against_mlx(folder: &str, dump: &str) -> usize {
     let ckpt = Checkpoint::open(fixtures().join(folder)).unwrap();
     assert_eq!(ckpt.format, Format::Mlx);
-    let text = std::fs::read_to_string(fixtures().join("dequant").join(dump)).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let tensors = json["tensors"].as_array().unwrap();
-    assert!(!tensors.is_empty());
-    for t in tensors {
-        let name = t["name"].as_str().unwrap();
-        let view = ckpt.tensor(name).unwrap_or_else(|| panic!("{name} missing"));
-        let shape: Vec<usize> = t["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
-        assert_eq!(view.shape, shape, "{name}");
-        let ours = dequantize(&view).unwrap();
-        let bytes: Vec<u8> = ours.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let first: Vec<f32> = t["first"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-        assert_eq!(&ours[..first.len()], &first[..], "{name}: first values");
-        let sum: f64 = ours.iter().map(|&v| v as f64).sum();
-        let want_sum = t["sum"].as_f64().unwrap();
-        assert!((sum - want_sum).abs() <= 1e-9 * want_sum.abs().max(1.0), "{name}: sum {sum} vs {want_sum}");
-        assert_eq!(hex(&Sha256::digest(&bytes)), t["sha256"].as_str().unwrap(), "{name}: f32 bytes differ from mlx");
-    }
-    tensors.len()
+    check_dump(&ckpt, dump)
 }
 
 #[test]
@@ -93,9 +67,7 @@ fn overrides_mxfp4_and_unquantized_modules() {
 #[test]
 fn unquantized_mlx_folder_is_safetensors() {
     let dir = tempfile::tempdir().unwrap();
-    for f in ["model.safetensors", "model.safetensors.index.json", "config.json"] {
-        std::fs::copy(fixtures().join("llama/mlx-4bit").join(f), dir.path().join(f)).unwrap();
-    }
+    copy_fixture("llama/mlx-4bit", &["model.safetensors", "model.safetensors.index.json", "config.json"], dir.path());
     let mut config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap()).unwrap();
     config.as_object_mut().unwrap().remove("quantization");
