@@ -16,7 +16,9 @@ fn llama_f32_single_file() {
     assert_eq!(ckpt.tensor_count(), 21);
     assert!(!ckpt.contains("logits"));
     assert_eq!(ckpt.parameters(), 1_377_536);
-    let q = ckpt.tensor("model.layers.1.self_attn.k_proj.weight").unwrap();
+    let q = ckpt
+        .tensor("model.layers.1.self_attn.k_proj.weight")
+        .unwrap();
     assert_eq!((q.dtype, q.shape.clone()), (DType::F32, vec![64, 256]));
     assert_eq!(ckpt.config.as_ref().unwrap()["model_type"], "llama");
 }
@@ -25,7 +27,10 @@ fn llama_f32_single_file() {
 #[test]
 fn half_precision_files_decode_to_the_f32_weights() {
     let f32s = Checkpoint::open(fixtures().join("llama/f32")).unwrap();
-    for (folder, dtype, rel) in [("llama/bf16", DType::BF16, 2f32.powi(-8)), ("llama/f16", DType::F16, 2f32.powi(-11))] {
+    for (folder, dtype, rel) in [
+        ("llama/bf16", DType::BF16, 2f32.powi(-8)),
+        ("llama/f16", DType::F16, 2f32.powi(-11)),
+    ] {
         let half = Checkpoint::open(fixtures().join(folder)).unwrap();
         assert_eq!(half.tensor_count(), f32s.tensor_count());
         for t in f32s.tensors() {
@@ -33,7 +38,11 @@ fn half_precision_files_decode_to_the_f32_weights() {
             assert_eq!((h.dtype, &h.shape), (dtype, &t.shape), "{}", t.name);
             let (a, b) = (dequantize(&t).unwrap(), dequantize(&h).unwrap());
             for (x, y) in a.iter().zip(&b) {
-                assert!((x - y).abs() <= rel * x.abs() + 1e-7, "{}: {x} vs {y}", t.name);
+                assert!(
+                    (x - y).abs() <= rel * x.abs() + 1e-7,
+                    "{}: {x} vs {y}",
+                    t.name
+                );
             }
         }
     }
@@ -50,16 +59,29 @@ fn sharded_sets_read_like_the_single_file() {
             .iter()
             .map(|n| {
                 let t = whole.tensor(n).unwrap();
-                let TensorData::Plain(bytes) = t.data else { panic!() };
-                Raw { name: t.name, dtype: "F32", shape: t.shape.clone(), data: bytes.to_vec() }
+                let TensorData::Plain(bytes) = t.data else {
+                    panic!()
+                };
+                Raw {
+                    name: t.name,
+                    dtype: "F32",
+                    shape: t.shape.clone(),
+                    data: bytes.to_vec(),
+                }
             })
             .collect()
     };
     for with_index in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         copy_fixture("llama/f32", &["config.json"], dir.path());
-        write_safetensors(&dir.path().join("model-00001-of-00002.safetensors"), &shard(a));
-        write_safetensors(&dir.path().join("model-00002-of-00002.safetensors"), &shard(b));
+        write_safetensors(
+            &dir.path().join("model-00001-of-00002.safetensors"),
+            &shard(a),
+        );
+        write_safetensors(
+            &dir.path().join("model-00002-of-00002.safetensors"),
+            &shard(b),
+        );
         if with_index {
             let mut map = serde_json::Map::new();
             for n in a {
@@ -69,7 +91,11 @@ fn sharded_sets_read_like_the_single_file() {
                 map.insert(n.clone(), "model-00002-of-00002.safetensors".into());
             }
             let index = serde_json::json!({"metadata": {}, "weight_map": map});
-            std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+            std::fs::write(
+                dir.path().join("model.safetensors.index.json"),
+                index.to_string(),
+            )
+            .unwrap();
         }
         let ckpt = Checkpoint::open(dir.path()).unwrap();
         assert_eq!(ckpt.format, Format::Safetensors);
@@ -83,7 +109,10 @@ fn sharded_sets_read_like_the_single_file() {
         std::fs::remove_file(dir.path().join("model-00002-of-00002.safetensors")).unwrap();
         let err = Checkpoint::open(dir.path()).unwrap_err();
         assert!(matches!(err, FormatError::NotAModel { .. }), "{err}");
-        assert!(err.to_string().contains("model-00002-of-00002.safetensors"), "{err}");
+        assert!(
+            err.to_string().contains("model-00002-of-00002.safetensors"),
+            "{err}"
+        );
     }
 }
 
@@ -92,9 +121,16 @@ fn index_naming_a_tensor_its_shard_lacks_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     copy_fixture("llama/f32", &["model.safetensors"], dir.path());
     let index = serde_json::json!({"weight_map": {"model.norm.weight": "model.safetensors", "ghost.weight": "model.safetensors"}});
-    std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
     let err = Checkpoint::open(dir.path()).unwrap_err().to_string();
-    assert!(err.contains("model.safetensors.index.json") && err.contains("ghost.weight"), "{err}");
+    assert!(
+        err.contains("model.safetensors.index.json") && err.contains("ghost.weight"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -108,15 +144,60 @@ fn every_plain_dtype_decodes() {
     write_safetensors(
         &dir.path().join("model.safetensors"),
         &[
-            Raw { name: "f64", dtype: "F64", shape: vec![3], data: f64s.iter().flat_map(|v| v.to_le_bytes()).collect() },
-            Raw { name: "i64", dtype: "I64", shape: vec![3], data: i64s.iter().flat_map(|v| v.to_le_bytes()).collect() },
-            Raw { name: "i32", dtype: "I32", shape: vec![1, 2], data: i32s.iter().flat_map(|v| v.to_le_bytes()).collect() },
-            Raw { name: "u16", dtype: "U16", shape: vec![2], data: u16s.iter().flat_map(|v| v.to_le_bytes()).collect() },
-            Raw { name: "i8", dtype: "I8", shape: vec![2], data: i8s.iter().map(|&v| v as u8).collect() },
-            Raw { name: "u8", dtype: "U8", shape: vec![2, 1], data: vec![0, 255] },
-            Raw { name: "bool", dtype: "BOOL", shape: vec![2], data: vec![1, 0] },
-            Raw { name: "scalar", dtype: "F32", shape: vec![], data: 0.25f32.to_le_bytes().to_vec() },
-            Raw { name: "empty", dtype: "F16", shape: vec![0, 4], data: vec![] },
+            Raw {
+                name: "f64",
+                dtype: "F64",
+                shape: vec![3],
+                data: f64s.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            },
+            Raw {
+                name: "i64",
+                dtype: "I64",
+                shape: vec![3],
+                data: i64s.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            },
+            Raw {
+                name: "i32",
+                dtype: "I32",
+                shape: vec![1, 2],
+                data: i32s.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            },
+            Raw {
+                name: "u16",
+                dtype: "U16",
+                shape: vec![2],
+                data: u16s.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            },
+            Raw {
+                name: "i8",
+                dtype: "I8",
+                shape: vec![2],
+                data: i8s.iter().map(|&v| v as u8).collect(),
+            },
+            Raw {
+                name: "u8",
+                dtype: "U8",
+                shape: vec![2, 1],
+                data: vec![0, 255],
+            },
+            Raw {
+                name: "bool",
+                dtype: "BOOL",
+                shape: vec![2],
+                data: vec![1, 0],
+            },
+            Raw {
+                name: "scalar",
+                dtype: "F32",
+                shape: vec![],
+                data: 0.25f32.to_le_bytes().to_vec(),
+            },
+            Raw {
+                name: "empty",
+                dtype: "F16",
+                shape: vec![0, 4],
+                data: vec![],
+            },
         ],
     );
     let ckpt = Checkpoint::open(dir.path()).unwrap();
@@ -140,9 +221,16 @@ fn gpt_oss_mxfp4_blocks_match_transformers() {
     // The Hugging Face quantization_config (quant_method mxfp4) is not an MLX folder.
     assert_eq!(ckpt.format, Format::Safetensors);
     assert_eq!(ckpt.tensor_count(), 2);
-    let t = ckpt.tensor("model.layers.0.mlp.experts.gate_up_proj").unwrap();
-    assert_eq!((t.dtype, t.shape.clone()), (DType::HfMxfp4, vec![2, 128, 256]));
-    assert!(matches!(t.data, TensorData::HfMxfp4 { blocks, scales } if blocks.len() == 2 * 128 * 8 * 16 && scales.len() == 2 * 128 * 8));
+    let t = ckpt
+        .tensor("model.layers.0.mlp.experts.gate_up_proj")
+        .unwrap();
+    assert_eq!(
+        (t.dtype, t.shape.clone()),
+        (DType::HfMxfp4, vec![2, 128, 256])
+    );
+    assert!(
+        matches!(t.data, TensorData::HfMxfp4 { blocks, scales } if blocks.len() == 2 * 128 * 8 * 16 && scales.len() == 2 * 128 * 8)
+    );
     assert!(!ckpt.contains("model.layers.0.mlp.experts.gate_up_proj_blocks"));
     assert_eq!(check_dump(&ckpt, "hf-mxfp4.json"), 2);
 }
@@ -153,10 +241,23 @@ fn mxfp4_scales_of_the_wrong_shape_are_refused() {
     write_safetensors(
         &dir.path().join("model.safetensors"),
         &[
-            Raw { name: "w_blocks", dtype: "U8", shape: vec![2, 1, 16], data: vec![0; 32] },
-            Raw { name: "w_scales", dtype: "U8", shape: vec![2, 2], data: vec![127; 4] },
+            Raw {
+                name: "w_blocks",
+                dtype: "U8",
+                shape: vec![2, 1, 16],
+                data: vec![0; 32],
+            },
+            Raw {
+                name: "w_scales",
+                dtype: "U8",
+                shape: vec![2, 2],
+                data: vec![127; 4],
+            },
         ],
     );
     let err = Checkpoint::open(dir.path()).unwrap_err().to_string();
-    assert!(err.contains("model.safetensors") && err.contains("w_scales"), "{err}");
+    assert!(
+        err.contains("model.safetensors") && err.contains("w_scales"),
+        "{err}"
+    );
 }

@@ -65,17 +65,36 @@ pub fn check_dump(ckpt: &minerva_formats::Checkpoint, dump: &str) -> usize {
     assert!(!tensors.is_empty());
     for t in tensors {
         let name = t["name"].as_str().unwrap();
-        let view = ckpt.tensor(name).unwrap_or_else(|| panic!("{name} missing"));
-        let shape: Vec<usize> = t["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+        let view = ckpt
+            .tensor(name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        let shape: Vec<usize> = t["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as usize)
+            .collect();
         assert_eq!(view.shape, shape, "{name}");
         let ours = minerva_formats::dequantize(&view).unwrap();
-        let first: Vec<f32> = t["first"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        let first: Vec<f32> = t["first"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
         assert_eq!(&ours[..first.len()], &first[..], "{name}: first values");
         let sum: f64 = ours.iter().map(|&v| v as f64).sum();
         let want_sum = t["sum"].as_f64().unwrap();
-        assert!((sum - want_sum).abs() <= 1e-9 * want_sum.abs().max(1.0), "{name}: sum {sum} vs {want_sum}");
+        assert!(
+            (sum - want_sum).abs() <= 1e-9 * want_sum.abs().max(1.0),
+            "{name}: sum {sum} vs {want_sum}"
+        );
         let bytes: Vec<u8> = ours.iter().flat_map(|v| v.to_le_bytes()).collect();
-        assert_eq!(hex(&Sha256::digest(&bytes)), t["sha256"].as_str().unwrap(), "{name}: f32 bytes differ from the reference");
+        assert_eq!(
+            hex(&Sha256::digest(&bytes)),
+            t["sha256"].as_str().unwrap(),
+            "{name}: f32 bytes differ from the reference"
+        );
     }
     tensors.len()
 }
