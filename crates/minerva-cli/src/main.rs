@@ -1,11 +1,12 @@
-//! The `minerva` command line.
+//! The `minerva` command line: every thing the app does, from a terminal.
 
 mod commands;
 
 use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "minerva", version, about = "Run, inspect, convert and benchmark LLMs in GGUF, SafeTensors and MLX form")]
+#[command(name = "minerva", version, about = "Run and compare local LLMs in GGUF, SafeTensors and MLX formats")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -13,20 +14,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Convert a model between GGUF, SafeTensors and MLX
+    /// Show what a model file or folder holds: format, architecture, dtypes, memory.
+    Info(commands::info::Args),
+    /// Convert a model between GGUF, SafeTensors and MLX (optionally quantizing).
     Convert(commands::convert::Args),
-    /// Write a random-weight model at a real model's shape
+    /// Write a random-weight model at a real model's shape, in several formats.
     Synth(commands::synth::Args),
 }
 
-fn main() {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Convert(a) => commands::convert::run(a),
-        Command::Synth(a) => commands::synth::run(a),
+        Command::Info(args) => commands::info::run(args),
+        Command::Convert(args) => commands::convert::run(args),
+        Command::Synth(args) => commands::synth::run(args),
     };
-    if let Err(e) = result {
-        eprintln!("error: {e}");
-        std::process::exit(1);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! The subcommands of the `minerva` binary, one module each.
+//! One module per subcommand; each has clap `Args` and a `run` returning a user-facing error.
 
 pub mod convert;
+pub mod info;
 mod progress;
 pub mod synth;
