@@ -2,13 +2,15 @@
 """Reads an MLX model folder with mlx's own safetensors loader (`mlx.core.load`) and dequantizes
 it with Apple's `mlx.core.dequantize`, checking it against config.json's quantization block.
 
-Usage: check_mlx.py DIR [--reference HF_DIR]
+Usage: check_mlx.py DIR [--reference HF_DIR [--mlx-quantize]]
 
 Every quantized module (X.weight uint32 + X.scales [+ X.biases]) must match the bits, group
 size and mode config.json gives it (per-module entries override the global ones). With
 --reference (a float Hugging Face folder of the same weights) each MLX tensor is compared with
 the reference tensor in MLX layout (mixtral experts stacked; gpt-oss gate_up split and
-transposed), reporting the relative RMSE. Prints one JSON object; exits non-zero on a mismatch.
+transposed), reporting the relative RMSE; --mlx-quantize also reports the relative RMSE that
+mlx's own `mx.quantize` reaches on the same reference (cast to bfloat16 first, as mlx-lm's
+`convert --dtype bfloat16` does) with the same bits, group size and mode. Prints one JSON object; exits non-zero on a mismatch.
 """
 import argparse
 import json
@@ -68,6 +70,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--reference")
+    ap.add_argument("--mlx-quantize", action="store_true")
     args = ap.parse_args()
     config = json.load(open(os.path.join(args.dir, "config.json")))
     q = config.get("quantization")
@@ -122,6 +125,17 @@ def main():
         if missing:
             sys.exit(f"tensors missing from the MLX folder: {missing}")
         report["relative_rmse"] = rel
+        if args.mlx_quantize:
+            theirs = {}
+            for module, qa in quantized.items():
+                r = ref[f"{module}.weight"]
+                w = mx.array(r.astype(np.float32)).astype(mx.bfloat16)
+                parts = mx.quantize(w, group_size=qa["group_size"], bits=qa["bits"], mode=qa["mode"])
+                biases = parts[2] if qa["mode"] == "affine" else None
+                deq = f64(mx.dequantize(parts[0], parts[1], biases, **qa))
+                rms = float(np.sqrt(np.mean(r * r))) or 1.0
+                theirs[f"{module}.weight"] = float(np.sqrt(np.mean((deq - r) ** 2))) / rms
+            report["mlx_relative_rmse"] = theirs
     print(json.dumps(report))
 
 

@@ -138,6 +138,29 @@ pub fn mxfp4_code(v: f32, e: u8) -> u8 {
     }
 }
 
+/// The better of the two exponents that can represent a block's largest value (llama.cpp's,
+/// which may clip it to 6·scale, and the next one up, which never clips): the one with the
+/// smaller squared error.
+pub fn mxfp4_best_exponent(x: &[f32]) -> u8 {
+    let e = mxfp4_exponent(x);
+    if e >= 254 || x.iter().all(|v| *v == 0.0) {
+        return e;
+    }
+    let err = |e: u8| -> f32 {
+        let scale = crate::quant::mxfp4::e8m0_to_f32(e);
+        x.iter().map(|&v| {
+            let c = mxfp4_code(v, e);
+            let q = crate::quant::mxfp4::E2M1[c as usize] * scale;
+            (q - v) * (q - v)
+        }).sum()
+    };
+    if err(e + 1) < err(e) {
+        e + 1
+    } else {
+        e
+    }
+}
+
 /// GGUF MXFP4: exponent byte, then element j in the low nibble and j+16 in the high nibble.
 pub fn mxfp4(x: &[f32], out: &mut [u8]) {
     let e = mxfp4_exponent(x);

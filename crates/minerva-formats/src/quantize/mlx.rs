@@ -64,9 +64,10 @@ pub fn affine_row(x: &[f32], bits: u8, group: usize, scale_dtype: DType, weight:
 }
 
 /// One row of an MLX mxfp4 pack: element 2i in the low nibble of byte i, 2i+1 in the high.
+/// Each block takes the better of the two candidate exponents.
 pub fn mxfp4_row(x: &[f32], weight: &mut [u8], scales: &mut [u8]) {
     for (g, xs) in x.chunks_exact(32).enumerate() {
-        let e = super::ggml::mxfp4_exponent(xs);
+        let e = super::ggml::mxfp4_best_exponent(xs);
         scales[g] = e;
         let w = &mut weight[16 * g..16 * g + 16];
         for i in 0..16 {

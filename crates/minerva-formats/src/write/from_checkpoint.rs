@@ -345,6 +345,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
         .metadata
         .get_str("general.name")
         .map(str::to_string)
+        .or_else(|| config.get("_name_or_path").and_then(Value::as_str).filter(|n| !n.is_empty()).map(str::to_string))
         .or_else(|| ck.dir.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "model".into());
     Ok(Model { name, arch, config, tensors, companions })

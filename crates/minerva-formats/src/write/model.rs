@@ -179,6 +179,9 @@ fn rows_offset<'a>(src: &SharedRows<'a>, offset: usize) -> RowFn<'a> {
 /// GGUF file_type of a policy's base dtype (what llama.cpp shows as the model's type).
 fn gguf_file_type(policy: &QuantPolicy) -> u32 {
     use crate::quantize::QuantRecipe::*;
+    if policy.overrides.iter().any(|o| o.1 == DType::MXFP4) {
+        return 38;
+    }
     match policy.recipe {
         Uniform(DType::F32) => 0,
         Uniform(DType::F16) => 1,
@@ -265,7 +268,12 @@ impl<'a> Model<'a> {
         let gen = self.companions.generation_config.as_ref();
         let pick = |k: &str| first(self.config.get(k)).or_else(|| first(gen.and_then(|g| g.get(k)))).map(|v| v as u32);
         let add_bos = self.companions.tokenizer_config.as_ref().and_then(|t| t.get("add_bos_token")).and_then(Value::as_bool).unwrap_or(false);
-        SpecialIds { bos: pick("bos_token_id"), eos: pick("eos_token_id"), pad: pick("pad_token_id"), add_bos }
+        // The unknown token is named in tokenizer_config.json; its id is in tokenizer.json.
+        let unk = self.companions.tokenizer_config.as_ref().and_then(|t| t.get("unk_token")).and_then(Value::as_str).and_then(|u| {
+            let tj = self.companions.tokenizer_json.as_ref()?;
+            tj["model"]["vocab"].get(u).and_then(Value::as_u64).map(|v| v as u32)
+        });
+        SpecialIds { bos: pick("bos_token_id"), eos: pick("eos_token_id"), pad: pick("pad_token_id"), unk, add_bos }
     }
 
     fn chat_template(&self) -> Option<String> {
@@ -301,10 +309,9 @@ impl<'a> Model<'a> {
         if a == "llama" {
             put("vocab_size", MetaValue::U32(self.vocab_size() as u32));
             put("rope.dimension_count", MetaValue::U32(h.head_dim as u32));
-        } else {
-            put("attention.key_length", MetaValue::U32(h.head_dim as u32));
-            put("attention.value_length", MetaValue::U32(h.head_dim as u32));
         }
+        put("attention.key_length", MetaValue::U32(h.head_dim as u32));
+        put("attention.value_length", MetaValue::U32(h.head_dim as u32));
         if let Some(n) = cfg_usize(c, "num_local_experts").or_else(|| cfg_usize(c, "num_experts")) {
             put("expert_count", MetaValue::U32(n as u32));
             put("expert_used_count", MetaValue::U32(u("num_experts_per_tok")));

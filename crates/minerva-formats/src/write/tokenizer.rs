@@ -18,6 +18,7 @@ pub struct SpecialIds {
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     pub pad: Option<u32>,
+    pub unk: Option<u32>,
     pub add_bos: bool,
 }
 
@@ -86,12 +87,13 @@ pub fn gguf_tokenizer_kv(tokenizer: &Value, vocab_size: usize, ids: &SpecialIds,
         ("tokenizer.ggml.token_type".to_string(), MetaValue::Array(types)),
         ("tokenizer.ggml.merges".to_string(), MetaValue::Array(merges_of(model).into_iter().map(MetaValue::String).collect())),
     ];
-    for (key, v) in [("bos", ids.bos), ("eos", ids.eos), ("padding", ids.pad)] {
+    for (key, v) in [("bos", ids.bos), ("eos", ids.eos), ("unknown", ids.unk), ("padding", ids.pad)] {
         if let Some(v) = v {
             kv.push((format!("tokenizer.ggml.{key}_token_id"), MetaValue::U32(v)));
         }
     }
     kv.push(("tokenizer.ggml.add_bos_token".into(), MetaValue::Bool(ids.add_bos)));
+    kv.push(("tokenizer.ggml.add_eos_token".into(), MetaValue::Bool(false)));
     if let Some(t) = chat_template {
         kv.push(("tokenizer.chat_template".into(), MetaValue::String(t.to_string())));
     }
