@@ -1,0 +1,97 @@
+//! Our files read by other people's readers: every GGUF quant type through gguf-py (llama.cpp's
+//! Python package) against the f32 GGUF of the same synthetic weights, and MLX folders through
+//! mlx's own loader and `mx.dequantize` against the f32 SafeTensors folder, with our error no
+//! worse than `mx.quantize`'s. Needs `python3` with `gguf`, `numpy` and `mlx` installed.
+
+use minerva_formats::synth::{self, shapes};
+use minerva_formats::write::model::parse_target;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+fn tool(script: &str, args: &[&str]) -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/").to_string() + script;
+    let out = Command::new("python3").arg(&path).args(args).output().expect("python3 runs");
+    assert!(out.status.success(), "{script} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn synth_to(shape: &str, format: &str, quant: &str, out: &Path) {
+    let model = synth::model(&shapes::shape(shape).unwrap(), 7);
+    let target = parse_target(&model, format, Some(quant), None).unwrap();
+    model.write(&target, out, &|_| {}).unwrap();
+}
+
+/// Relative RMSE bound of each GGUF type on Gaussian weights (measured errors are below these
+/// by a margin; a wrong layout gives errors near or above 1).
+fn bound(ty: &str) -> f64 {
+    match ty {
+        "F32" => 0.0,
+        "F16" => 1e-3,
+        "BF16" => 5e-3,
+        "Q8_0" => 0.01,
+        "Q6_K" => 0.025,
+        "Q5_0" | "Q5_1" | "Q5_K" => 0.05,
+        "Q4_0" | "Q4_1" | "Q4_K" => 0.1,
+        "MXFP4" => 0.15,
+        other => panic!("unexpected type {other}"),
+    }
+}
+
+#[test]
+fn gguf_files_read_by_gguf_py_with_expected_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    for shape in ["tiny-llama", "tiny-gpt-oss", "tiny-qwen3"] {
+        let reference = tmp.path().join(format!("{shape}-f32.gguf"));
+        synth_to(shape, "gguf", "f32", &reference);
+        for quant in ["f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k", "mxfp4"] {
+            let file = tmp.path().join(format!("{shape}-{quant}.gguf"));
+            synth_to(shape, "gguf", quant, &file);
+            let r = tool("check_gguf.py", &[file.to_str().unwrap(), "--reference", reference.to_str().unwrap()]);
+            let arch = if shape == "tiny-gpt-oss" { "gpt-oss" } else if shape == "tiny-qwen3" { "qwen3" } else { "llama" };
+            assert_eq!(r["architecture"], arch);
+            assert_eq!(r["metadata"]["tokenizer.ggml.model"], "gpt2");
+            assert!(r["metadata"]["tokenizer.chat_template"].as_str().is_some_and(|t| !t.is_empty()));
+            assert_eq!(r["tokens"], shapes::shape(shape).unwrap().config["vocab_size"], "{shape}: tokenizer size");
+            let mut types = std::collections::BTreeSet::new();
+            for (name, t) in r["tensors"].as_object().unwrap() {
+                let ty = t["type"].as_str().unwrap();
+                types.insert(ty.to_string());
+                let e = r["relative_rmse"][name].as_f64().unwrap();
+                assert!(e <= bound(ty), "{shape} {quant}: {name} ({ty}) relative RMSE {e}");
+            }
+            let want = match quant {
+                "q4_k_m" => "Q4_K".to_string(),
+                "q5_k_m" => "Q5_K".to_string(),
+                q => q.to_ascii_uppercase(),
+            };
+            assert!(types.contains(&want), "{shape} {quant}: no {want} tensor among {types:?}");
+        }
+    }
+}
+
+#[test]
+fn mlx_folders_read_by_mlx_with_error_no_worse_than_mlx_quantize() {
+    let tmp = tempfile::tempdir().unwrap();
+    for shape in ["tiny-llama", "tiny-gpt-oss"] {
+        let reference = tmp.path().join(format!("{shape}-f32"));
+        synth_to(shape, "safetensors", "f32", &reference);
+        for quant in ["2", "3", "4", "5", "6", "8", "mxfp4"] {
+            let dir = tmp.path().join(format!("{shape}-mlx-{quant}"));
+            synth_to(shape, "mlx", quant, &dir);
+            let r = tool("check_mlx.py", &[dir.to_str().unwrap(), "--reference", reference.to_str().unwrap(), "--mlx-quantize"]);
+            let quantized = r["quantized"].as_object().unwrap();
+            assert!(quantized.len() >= 10, "{shape} mlx {quant}: only {} quantized modules", quantized.len());
+            if shape == "tiny-gpt-oss" {
+                assert_eq!(r["quantized"]["model.layers.0.mlp.router"]["bits"], 8, "router kept at 8 bits");
+            }
+            for (name, theirs) in r["mlx_relative_rmse"].as_object().unwrap() {
+                let (ours, theirs) = (r["relative_rmse"][name].as_f64().unwrap(), theirs.as_f64().unwrap());
+                assert!(ours <= theirs, "{shape} mlx {quant}: {name} relative RMSE {ours} vs mx.quantize's {theirs}");
+            }
+            for (name, e) in r["relative_rmse"].as_object().unwrap() {
+                assert!(e.as_f64().unwrap() < 0.6, "{shape} mlx {quant}: {name} relative RMSE {e}");
+            }
+        }
+    }
+}
