@@ -41,18 +41,39 @@ pub struct TensorId {
 
 impl TensorId {
     pub fn global(role: Role) -> Self {
-        TensorId { role, layer: None, bias: false }
+        TensorId {
+            role,
+            layer: None,
+            bias: false,
+        }
     }
     pub fn layer(role: Role, layer: usize) -> Self {
-        TensorId { role, layer: Some(layer), bias: false }
+        TensorId {
+            role,
+            layer: Some(layer),
+            bias: false,
+        }
     }
     pub fn bias(role: Role, layer: usize) -> Self {
-        TensorId { role, layer: Some(layer), bias: true }
+        TensorId {
+            role,
+            layer: Some(layer),
+            bias: true,
+        }
     }
 
     /// A quantizable matrix (not a norm, bias, sink or embedding-free vector).
     pub fn is_matrix(&self) -> bool {
-        !self.bias && !matches!(self.role, Role::OutputNorm | Role::AttnNorm | Role::FfnNorm | Role::AttnQNorm | Role::AttnKNorm | Role::AttnSinks)
+        !self.bias
+            && !matches!(
+                self.role,
+                Role::OutputNorm
+                    | Role::AttnNorm
+                    | Role::FfnNorm
+                    | Role::AttnQNorm
+                    | Role::AttnKNorm
+                    | Role::AttnSinks
+            )
     }
 }
 
@@ -74,8 +95,11 @@ pub fn gguf_permutes_qk(arch: Architecture) -> bool {
     gguf_arch(arch) == "llama"
 }
 
-const GGUF_GLOBAL: [(Role, &str); 3] =
-    [(Role::TokenEmbd, "token_embd"), (Role::Output, "output"), (Role::OutputNorm, "output_norm")];
+const GGUF_GLOBAL: [(Role, &str); 3] = [
+    (Role::TokenEmbd, "token_embd"),
+    (Role::Output, "output"),
+    (Role::OutputNorm, "output_norm"),
+];
 
 fn gguf_layer_stem(arch: Architecture, role: Role) -> Option<&'static str> {
     Some(match role {
@@ -123,7 +147,10 @@ const LAYER_ROLES: [Role; 16] = [
 pub fn gguf_name(arch: Architecture, id: TensorId) -> Option<String> {
     let suffix = if id.bias { "bias" } else { "weight" };
     match id.layer {
-        None => GGUF_GLOBAL.iter().find(|(r, _)| *r == id.role).map(|(_, s)| format!("{s}.{suffix}")),
+        None => GGUF_GLOBAL
+            .iter()
+            .find(|(r, _)| *r == id.role)
+            .map(|(_, s)| format!("{s}.{suffix}")),
         Some(l) => gguf_layer_stem(arch, id.role).map(|s| format!("blk.{l}.{s}.{suffix}")),
     }
 }
@@ -139,11 +166,21 @@ pub fn parse_gguf(arch: Architecture, name: &str) -> Option<TensorId> {
     if let Some(rest) = stem.strip_prefix("blk.") {
         let (layer, stem) = rest.split_once('.')?;
         let layer: usize = layer.parse().ok()?;
-        let role = LAYER_ROLES.into_iter().find(|&r| gguf_layer_stem(arch, r) == Some(stem))?;
-        return Some(TensorId { role, layer: Some(layer), bias });
+        let role = LAYER_ROLES
+            .into_iter()
+            .find(|&r| gguf_layer_stem(arch, r) == Some(stem))?;
+        return Some(TensorId {
+            role,
+            layer: Some(layer),
+            bias,
+        });
     }
     let role = GGUF_GLOBAL.iter().find(|(_, s)| *s == stem)?.0;
-    Some(TensorId { role, layer: None, bias })
+    Some(TensorId {
+        role,
+        layer: None,
+        bias,
+    })
 }
 
 /// Module path (without `.weight`/`.bias`) of a role in Hugging Face and MLX checkpoints.
@@ -151,7 +188,11 @@ pub fn parse_gguf(arch: Architecture, name: &str) -> Option<TensorId> {
 /// fuses gate and up, MLX stacks them (see `hf_expert_name`, `mlx_name`).
 fn module_path(arch: Architecture, role: Role, layer: Option<usize>) -> Option<String> {
     let l = |s: &str| layer.map(|n| format!("model.layers.{n}.{s}"));
-    let moe = if arch == Architecture::Mixtral { "block_sparse_moe" } else { "mlp" };
+    let moe = if arch == Architecture::Mixtral {
+        "block_sparse_moe"
+    } else {
+        "mlp"
+    };
     match role {
         Role::TokenEmbd => Some("model.embed_tokens".into()),
         Role::Output => Some("lm_head".into()),
@@ -211,12 +252,16 @@ pub fn hf_mixtral_expert(layer: usize, role: Role, expert: usize) -> Option<Stri
         Role::ExpDown => "w2",
         _ => return None,
     };
-    Some(format!("model.layers.{layer}.block_sparse_moe.experts.{expert}.{w}.weight"))
+    Some(format!(
+        "model.layers.{layer}.block_sparse_moe.experts.{expert}.{w}.weight"
+    ))
 }
 
 /// Every (role, bias) that may occur in a layer, for parsing names back.
 fn candidates() -> impl Iterator<Item = (Role, bool)> {
-    LAYER_ROLES.into_iter().flat_map(|r| [(r, false), (r, true)])
+    LAYER_ROLES
+        .into_iter()
+        .flat_map(|r| [(r, false), (r, true)])
 }
 
 /// The role of an MLX (or HF, for non-expert tensors) name.
@@ -229,7 +274,11 @@ pub fn parse_mlx(arch: Architecture, name: &str) -> Option<TensorId> {
     let rest = name.strip_prefix("model.layers.")?;
     let layer: usize = rest.split('.').next()?.parse().ok()?;
     candidates()
-        .map(|(role, bias)| TensorId { role, layer: Some(layer), bias })
+        .map(|(role, bias)| TensorId {
+            role,
+            layer: Some(layer),
+            bias,
+        })
         .find(|&id| mlx_name(arch, id).as_deref() == Some(name))
 }
 
@@ -240,30 +289,56 @@ mod tests {
     #[test]
     fn gguf_names_round_trip() {
         let id = TensorId::layer(Role::FfnNorm, 3);
-        assert_eq!(gguf_name(Architecture::GptOss, id).unwrap(), "blk.3.post_attention_norm.weight");
-        assert_eq!(gguf_name(Architecture::Llama, id).unwrap(), "blk.3.ffn_norm.weight");
-        for arch in [Architecture::Llama, Architecture::GptOss, Architecture::Qwen3] {
+        assert_eq!(
+            gguf_name(Architecture::GptOss, id).unwrap(),
+            "blk.3.post_attention_norm.weight"
+        );
+        assert_eq!(
+            gguf_name(Architecture::Llama, id).unwrap(),
+            "blk.3.ffn_norm.weight"
+        );
+        for arch in [
+            Architecture::Llama,
+            Architecture::GptOss,
+            Architecture::Qwen3,
+        ] {
             for (role, bias) in candidates() {
-                let id = TensorId { role, layer: Some(7), bias };
+                let id = TensorId {
+                    role,
+                    layer: Some(7),
+                    bias,
+                };
                 let name = gguf_name(arch, id).unwrap();
                 assert_eq!(parse_gguf(arch, &name), Some(id), "{name}");
             }
         }
-        assert_eq!(parse_gguf(Architecture::Llama, "output.weight"), Some(TensorId::global(Role::Output)));
+        assert_eq!(
+            parse_gguf(Architecture::Llama, "output.weight"),
+            Some(TensorId::global(Role::Output))
+        );
         assert_eq!(parse_gguf(Architecture::Llama, "blk.x.attn_q.weight"), None);
     }
 
     #[test]
     fn mlx_names() {
         let a = Architecture::GptOss;
-        assert_eq!(mlx_name(a, TensorId::layer(Role::Router, 0)).unwrap(), "model.layers.0.mlp.router.weight");
-        assert_eq!(mlx_name(a, TensorId::layer(Role::AttnSinks, 1)).unwrap(), "model.layers.1.self_attn.sinks");
+        assert_eq!(
+            mlx_name(a, TensorId::layer(Role::Router, 0)).unwrap(),
+            "model.layers.0.mlp.router.weight"
+        );
+        assert_eq!(
+            mlx_name(a, TensorId::layer(Role::AttnSinks, 1)).unwrap(),
+            "model.layers.1.self_attn.sinks"
+        );
         assert_eq!(
             mlx_name(Architecture::Mixtral, TensorId::layer(Role::ExpDown, 0)).unwrap(),
             "model.layers.0.block_sparse_moe.switch_mlp.down_proj.weight"
         );
         let id = TensorId::bias(Role::ExpUp, 2);
         assert_eq!(parse_mlx(a, &mlx_name(a, id).unwrap()), Some(id));
-        assert_eq!(parse_mlx(a, "model.embed_tokens.weight"), Some(TensorId::global(Role::TokenEmbd)));
+        assert_eq!(
+            parse_mlx(a, "model.embed_tokens.weight"),
+            Some(TensorId::global(Role::TokenEmbd))
+        );
     }
 }

@@ -22,7 +22,11 @@ fn convert(input: &Path, format: &str, quant: Option<&str>, out: &Path) {
 }
 
 fn plain_bytes<'a>(ck: &'a Checkpoint, name: &str) -> &'a [u8] {
-    match ck.tensor(name).unwrap_or_else(|| panic!("{name} missing")).data {
+    match ck
+        .tensor(name)
+        .unwrap_or_else(|| panic!("{name} missing"))
+        .data
+    {
         TensorData::Plain(b) => b,
         _ => panic!("{name} is not a plain tensor"),
     }
@@ -30,12 +34,27 @@ fn plain_bytes<'a>(ck: &'a Checkpoint, name: &str) -> &'a [u8] {
 
 /// Every tensor of `theirs` is in `ours` with the same shape, dtype and bytes.
 fn assert_same_gguf(ours: &Path, theirs: &Path) {
-    let (a, b) = (Checkpoint::open(ours).unwrap(), Checkpoint::open(theirs).unwrap());
+    let (a, b) = (
+        Checkpoint::open(ours).unwrap(),
+        Checkpoint::open(theirs).unwrap(),
+    );
     assert_eq!(a.tensor_count(), b.tensor_count(), "tensor count");
     for t in b.tensors() {
-        let o = a.tensor(t.name).unwrap_or_else(|| panic!("{} missing from our file", t.name));
-        assert_eq!((o.shape.clone(), o.dtype), (t.shape.clone(), t.dtype), "{}", t.name);
-        assert!(plain_bytes(&a, t.name) == plain_bytes(&b, t.name), "{} ({}) bytes differ", t.name, t.dtype.name());
+        let o = a
+            .tensor(t.name)
+            .unwrap_or_else(|| panic!("{} missing from our file", t.name));
+        assert_eq!(
+            (o.shape.clone(), o.dtype),
+            (t.shape.clone(), t.dtype),
+            "{}",
+            t.name
+        );
+        assert!(
+            plain_bytes(&a, t.name) == plain_bytes(&b, t.name),
+            "{} ({}) bytes differ",
+            t.name,
+            t.dtype.name()
+        );
     }
 }
 
@@ -47,17 +66,45 @@ fn hf_to_gguf_equals_llama_cpp_files() {
         ("llama/f32", "q8_0", "llama/gguf-q8_0/llama-Q8_0.gguf"),
         ("llama/f32", "q4_0", "llama/gguf-q4_0/llama-Q4_0.gguf"),
         ("qwen3/f32", "q8_0", "qwen3/gguf-q8_0/qwen3-Q8_0.gguf"),
-        ("mixtral/f32", "q4_k_m", "mixtral/gguf-q4_k_m/mixtral-Q4_K_M.gguf"),
-        ("gpt_oss/f32", "mxfp4", "gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf"),
+        (
+            "mixtral/f32",
+            "q4_k_m",
+            "mixtral/gguf-q4_k_m/mixtral-Q4_K_M.gguf",
+        ),
+        (
+            "gpt_oss/f32",
+            "mxfp4",
+            "gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf",
+        ),
     ] {
-        let out = tmp.path().join(format!("{}-{quant}.gguf", src.replace('/', "-")));
+        let out = tmp
+            .path()
+            .join(format!("{}-{quant}.gguf", src.replace('/', "-")));
         convert(&fixture(src), "gguf", Some(quant), &out);
         assert_same_gguf(&out, &fixture(theirs));
-        let (a, b) = (Checkpoint::open(&out).unwrap(), Checkpoint::open(fixture(theirs)).unwrap());
-        for key in b.metadata.0.keys().filter(|k| !["general.name", "general.size_label", "tokenizer.ggml.add_sep_token"].contains(&k.as_str())) {
-            assert_eq!(a.metadata.get(key), b.metadata.get(key), "{src} {quant}: metadata {key}");
+        let (a, b) = (
+            Checkpoint::open(&out).unwrap(),
+            Checkpoint::open(fixture(theirs)).unwrap(),
+        );
+        for key in b.metadata.0.keys().filter(|k| {
+            ![
+                "general.name",
+                "general.size_label",
+                "tokenizer.ggml.add_sep_token",
+            ]
+            .contains(&k.as_str())
+        }) {
+            assert_eq!(
+                a.metadata.get(key),
+                b.metadata.get(key),
+                "{src} {quant}: metadata {key}"
+            );
         }
-        assert_eq!(a.spec().unwrap(), b.spec().unwrap(), "{src} {quant}: ModelSpec");
+        assert_eq!(
+            a.spec().unwrap(),
+            b.spec().unwrap(),
+            "{src} {quant}: ModelSpec"
+        );
     }
 }
 
@@ -65,9 +112,15 @@ fn hf_to_gguf_equals_llama_cpp_files() {
 fn assert_same_values(a: &Checkpoint, b: &Checkpoint) {
     assert_eq!(a.tensor_count(), b.tensor_count());
     for t in b.tensors() {
-        let o = a.tensor(t.name).unwrap_or_else(|| panic!("{} missing", t.name));
+        let o = a
+            .tensor(t.name)
+            .unwrap_or_else(|| panic!("{} missing", t.name));
         assert_eq!(o.shape, t.shape, "{}", t.name);
-        assert!(dequantize(&o).unwrap() == dequantize(&t).unwrap(), "{} differs", t.name);
+        assert!(
+            dequantize(&o).unwrap() == dequantize(&t).unwrap(),
+            "{} differs",
+            t.name
+        );
     }
 }
 
@@ -82,25 +135,52 @@ fn lossless_round_trips_through_every_format_layout() {
         let back = tmp.path().join(format!("{arch}-st"));
         convert(&src, "gguf", Some("f32"), &gguf);
         convert(&gguf, "safetensors", Some("f32"), &back);
-        let (a, b) = (Checkpoint::open(&back).unwrap(), Checkpoint::open(&src).unwrap());
+        let (a, b) = (
+            Checkpoint::open(&back).unwrap(),
+            Checkpoint::open(&src).unwrap(),
+        );
         assert_same_values(&a, &b);
-        assert_eq!(a.spec().unwrap(), b.spec().unwrap(), "{arch}: ModelSpec after GGUF and back");
+        assert_eq!(
+            a.spec().unwrap(),
+            b.spec().unwrap(),
+            "{arch}: ModelSpec after GGUF and back"
+        );
         for f in ["tokenizer.json", "chat_template.jinja"] {
             assert!(a.companion(f).is_some(), "{arch}: {f} not carried");
         }
-        let tok_a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(back.join("tokenizer.json")).unwrap()).unwrap();
-        let tok_b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join("tokenizer.json")).unwrap()).unwrap();
-        assert_eq!(tok_a["model"]["vocab"], tok_b["model"]["vocab"], "{arch}: vocabulary after GGUF and back");
-        assert_eq!(std::fs::read_to_string(back.join("chat_template.jinja")).unwrap().trim(), std::fs::read_to_string(src.join("chat_template.jinja")).unwrap().trim());
+        let tok_a: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(back.join("tokenizer.json")).unwrap())
+                .unwrap();
+        let tok_b: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(src.join("tokenizer.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            tok_a["model"]["vocab"], tok_b["model"]["vocab"],
+            "{arch}: vocabulary after GGUF and back"
+        );
+        assert_eq!(
+            std::fs::read_to_string(back.join("chat_template.jinja"))
+                .unwrap()
+                .trim(),
+            std::fs::read_to_string(src.join("chat_template.jinja"))
+                .unwrap()
+                .trim()
+        );
     }
     // bf16 and f16 folders copy their bytes through any float target of the same type.
     let bf = tmp.path().join("bf16");
     convert(&fixture("llama/bf16"), "safetensors", Some("bf16"), &bf);
-    assert_same_values(&Checkpoint::open(&bf).unwrap(), &Checkpoint::open(fixture("llama/bf16")).unwrap());
+    assert_same_values(
+        &Checkpoint::open(&bf).unwrap(),
+        &Checkpoint::open(fixture("llama/bf16")).unwrap(),
+    );
     // An MLX folder re-written at the same quantization keeps its packs unchanged.
     let mlx = tmp.path().join("mlx");
     convert(&fixture("llama/mlx-4bit"), "mlx", Some("4"), &mlx);
-    assert_same_values(&Checkpoint::open(&mlx).unwrap(), &Checkpoint::open(fixture("llama/mlx-4bit")).unwrap());
+    assert_same_values(
+        &Checkpoint::open(&mlx).unwrap(),
+        &Checkpoint::open(fixture("llama/mlx-4bit")).unwrap(),
+    );
 }
 
 /// Relative RMSE of a quantized tensor against its f32 original.
@@ -123,8 +203,15 @@ fn mlx_affine_error_no_worse_than_mlx_lm() {
         let x = dequantize(&f32s.tensor(t.name).unwrap()).unwrap();
         let o = ours.tensor(t.name).unwrap();
         assert_eq!(o.dtype, t.dtype, "{}", t.name);
-        let (e_ours, e_theirs) = (rel_rmse(&dequantize(&o).unwrap(), &x), rel_rmse(&dequantize(&t).unwrap(), &x));
-        assert!(e_ours <= e_theirs, "{}: relative RMSE {e_ours} vs mlx-lm's {e_theirs}", t.name);
+        let (e_ours, e_theirs) = (
+            rel_rmse(&dequantize(&o).unwrap(), &x),
+            rel_rmse(&dequantize(&t).unwrap(), &x),
+        );
+        assert!(
+            e_ours <= e_theirs,
+            "{}: relative RMSE {e_ours} vs mlx-lm's {e_theirs}",
+            t.name
+        );
         compared += 1;
     }
     assert_eq!(compared, 16);

@@ -102,7 +102,11 @@ fn f32_tensors(rel: &str) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
     st.tensors()
         .into_iter()
         .map(|(name, v)| {
-            let data = v.data().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+            let data = v
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
             (name, (v.shape().to_vec(), data))
         })
         .collect()
@@ -118,7 +122,8 @@ fn permute_rows(w: &[f32], row_len: usize, n_head: usize) -> Vec<f32> {
             for j in 0..2 {
                 let dst = h * d + 2 * i + j;
                 let src = h * d + j * d / 2 + i;
-                out[dst * row_len..(dst + 1) * row_len].copy_from_slice(&w[src * row_len..(src + 1) * row_len]);
+                out[dst * row_len..(dst + 1) * row_len]
+                    .copy_from_slice(&w[src * row_len..(src + 1) * row_len]);
             }
         }
     }
@@ -133,7 +138,12 @@ fn quantize(dtype: DType, x: &[f32], row_len: usize) -> Vec<u8> {
 }
 
 /// The f32 original of a GGUF tensor of the llama or mixtral fixtures, in GGUF row order.
-fn original(f32s: &HashMap<String, (Vec<usize>, Vec<f32>)>, arch: Architecture, gguf: &str, heads: (usize, usize)) -> Vec<f32> {
+fn original(
+    f32s: &HashMap<String, (Vec<usize>, Vec<f32>)>,
+    arch: Architecture,
+    gguf: &str,
+    heads: (usize, usize),
+) -> Vec<f32> {
     let id: TensorId = names::parse_gguf(arch, gguf).unwrap();
     use names::Role::*;
     if matches!(id.role, ExpGate | ExpUp | ExpDown) {
@@ -163,10 +173,20 @@ fn assert_bytes_equal(gguf_rel: &str, want: DType) {
         let x = original(&f32s, Architecture::Llama, name, (8, 2));
         let ours = quantize(dtype, &x, *shape.last().unwrap());
         let diff = ours.iter().zip(bytes).filter(|(a, b)| a != b).count();
-        assert_eq!(diff, 0, "{name}: {diff} of {} bytes differ from llama.cpp's {}", bytes.len(), dtype.name());
+        assert_eq!(
+            diff,
+            0,
+            "{name}: {diff} of {} bytes differ from llama.cpp's {}",
+            bytes.len(),
+            dtype.name()
+        );
         checked += 1;
     }
-    assert!(checked >= 15, "only {checked} {} tensors compared", want.name());
+    assert!(
+        checked >= 15,
+        "only {checked} {} tensors compared",
+        want.name()
+    );
 }
 
 #[test]
@@ -181,7 +201,11 @@ fn q4_0_bytes_equal_llama_quantize() {
 
 /// gpt-oss HF experts → GGUF rows: gate/up de-interleaved from `gate_up_proj` [E, hidden, 2F]
 /// and transposed; `down_proj` [E, F, hidden] transposed.
-fn gpt_oss_expert(f32s: &HashMap<String, (Vec<usize>, Vec<f32>)>, layer: usize, role: names::Role) -> (Vec<f32>, usize) {
+fn gpt_oss_expert(
+    f32s: &HashMap<String, (Vec<usize>, Vec<f32>)>,
+    layer: usize,
+    role: names::Role,
+) -> (Vec<f32>, usize) {
     let fused = |n: &str| &f32s[&format!("model.layers.{layer}.mlp.experts.{n}")];
     let (shape, data, pick): (&Vec<usize>, &Vec<f32>, Option<usize>) = match role {
         names::Role::ExpGate => (&fused("gate_up_proj").0, &fused("gate_up_proj").1, Some(0)),
@@ -204,7 +228,13 @@ fn gpt_oss_expert(f32s: &HashMap<String, (Vec<usize>, Vec<f32>)>, layer: usize, 
 
 /// Compares our quantization of each tensor of `want` type with llama.cpp's bytes; returns
 /// (tensors, tensors byte-identical).
-fn compare_kind(gguf_rel: &str, f32_rel: &str, arch: Architecture, heads: (usize, usize), want: DType) -> (usize, usize) {
+fn compare_kind(
+    gguf_rel: &str,
+    f32_rel: &str,
+    arch: Architecture,
+    heads: (usize, usize),
+    want: DType,
+) -> (usize, usize) {
     let g = read_gguf(gguf_rel);
     let f32s = f32_tensors(f32_rel);
     let (mut n, mut same) = (0, 0);
@@ -214,7 +244,11 @@ fn compare_kind(gguf_rel: &str, f32_rel: &str, arch: Architecture, heads: (usize
             continue;
         }
         let id = names::parse_gguf(arch, name).unwrap();
-        let x = if arch == Architecture::GptOss && matches!(id.role, names::Role::ExpGate | names::Role::ExpUp | names::Role::ExpDown) {
+        let x = if arch == Architecture::GptOss
+            && matches!(
+                id.role,
+                names::Role::ExpGate | names::Role::ExpUp | names::Role::ExpDown
+            ) {
             gpt_oss_expert(&f32s, id.layer.unwrap(), id.role).0
         } else {
             original(&f32s, arch, name, heads)
@@ -225,7 +259,11 @@ fn compare_kind(gguf_rel: &str, f32_rel: &str, arch: Architecture, heads: (usize
             same += 1;
         } else {
             let d = ours.iter().zip(bytes).filter(|(a, b)| a != b).count();
-            eprintln!("{name} {}: {d} of {} bytes differ", dtype.name(), bytes.len());
+            eprintln!(
+                "{name} {}: {d} of {} bytes differ",
+                dtype.name(),
+                bytes.len()
+            );
         }
     }
     (n, same)
@@ -235,9 +273,24 @@ fn compare_kind(gguf_rel: &str, f32_rel: &str, arch: Architecture, heads: (usize
 /// so their reconstruction error equals llama.cpp's (the brief asks for no worse).
 #[test]
 fn k_quants_and_mxfp4_bytes_equal_llama_quantize() {
-    let mixtral = ("mixtral/gguf-q4_k_m/mixtral-Q4_K_M.gguf", "mixtral/f32/model.safetensors", Architecture::Mixtral, (8, 2));
-    let gpt_oss = ("gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf", "gpt_oss/f32/model.safetensors", Architecture::GptOss, (4, 2));
-    let llama = ("llama/gguf-q4_0/llama-Q4_0.gguf", "llama/f32/model.safetensors", Architecture::Llama, (8, 2));
+    let mixtral = (
+        "mixtral/gguf-q4_k_m/mixtral-Q4_K_M.gguf",
+        "mixtral/f32/model.safetensors",
+        Architecture::Mixtral,
+        (8, 2),
+    );
+    let gpt_oss = (
+        "gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf",
+        "gpt_oss/f32/model.safetensors",
+        Architecture::GptOss,
+        (4, 2),
+    );
+    let llama = (
+        "llama/gguf-q4_0/llama-Q4_0.gguf",
+        "llama/f32/model.safetensors",
+        Architecture::Llama,
+        (8, 2),
+    );
     for ((g, f, arch, heads), dtype, count) in [
         (mixtral, DType::Q4_K, 6),
         (mixtral, DType::Q6_K, 3),
@@ -245,6 +298,11 @@ fn k_quants_and_mxfp4_bytes_equal_llama_quantize() {
         (gpt_oss, DType::Q8_0, 10),
         (llama, DType::Q6_K, 1),
     ] {
-        assert_eq!(compare_kind(g, f, arch, heads, dtype), (count, count), "{g} {}", dtype.name());
+        assert_eq!(
+            compare_kind(g, f, arch, heads, dtype),
+            (count, count),
+            "{g} {}",
+            dtype.name()
+        );
     }
 }

@@ -11,8 +11,16 @@ use std::process::Command;
 
 fn tool(script: &str, args: &[&str]) -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/").to_string() + script;
-    let out = Command::new("python3").arg(&path).args(args).output().expect("python3 runs");
-    assert!(out.status.success(), "{script} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -44,28 +52,56 @@ fn gguf_files_read_by_gguf_py_with_expected_error() {
     for shape in ["tiny-llama", "tiny-gpt-oss", "tiny-qwen3"] {
         let reference = tmp.path().join(format!("{shape}-f32.gguf"));
         synth_to(shape, "gguf", "f32", &reference);
-        for quant in ["f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k", "mxfp4"] {
+        for quant in [
+            "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k",
+            "mxfp4",
+        ] {
             let file = tmp.path().join(format!("{shape}-{quant}.gguf"));
             synth_to(shape, "gguf", quant, &file);
-            let r = tool("check_gguf.py", &[file.to_str().unwrap(), "--reference", reference.to_str().unwrap()]);
-            let arch = if shape == "tiny-gpt-oss" { "gpt-oss" } else if shape == "tiny-qwen3" { "qwen3" } else { "llama" };
+            let r = tool(
+                "check_gguf.py",
+                &[
+                    file.to_str().unwrap(),
+                    "--reference",
+                    reference.to_str().unwrap(),
+                ],
+            );
+            let arch = if shape == "tiny-gpt-oss" {
+                "gpt-oss"
+            } else if shape == "tiny-qwen3" {
+                "qwen3"
+            } else {
+                "llama"
+            };
             assert_eq!(r["architecture"], arch);
             assert_eq!(r["metadata"]["tokenizer.ggml.model"], "gpt2");
-            assert!(r["metadata"]["tokenizer.chat_template"].as_str().is_some_and(|t| !t.is_empty()));
-            assert_eq!(r["tokens"], shapes::shape(shape).unwrap().config["vocab_size"], "{shape}: tokenizer size");
+            assert!(r["metadata"]["tokenizer.chat_template"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty()));
+            assert_eq!(
+                r["tokens"],
+                shapes::shape(shape).unwrap().config["vocab_size"],
+                "{shape}: tokenizer size"
+            );
             let mut types = std::collections::BTreeSet::new();
             for (name, t) in r["tensors"].as_object().unwrap() {
                 let ty = t["type"].as_str().unwrap();
                 types.insert(ty.to_string());
                 let e = r["relative_rmse"][name].as_f64().unwrap();
-                assert!(e <= bound(ty), "{shape} {quant}: {name} ({ty}) relative RMSE {e}");
+                assert!(
+                    e <= bound(ty),
+                    "{shape} {quant}: {name} ({ty}) relative RMSE {e}"
+                );
             }
             let want = match quant {
                 "q4_k_m" => "Q4_K".to_string(),
                 "q5_k_m" => "Q5_K".to_string(),
                 q => q.to_ascii_uppercase(),
             };
-            assert!(types.contains(&want), "{shape} {quant}: no {want} tensor among {types:?}");
+            assert!(
+                types.contains(&want),
+                "{shape} {quant}: no {want} tensor among {types:?}"
+            );
         }
     }
 }
@@ -79,18 +115,42 @@ fn mlx_folders_read_by_mlx_with_error_no_worse_than_mlx_quantize() {
         for quant in ["2", "3", "4", "5", "6", "8", "mxfp4"] {
             let dir = tmp.path().join(format!("{shape}-mlx-{quant}"));
             synth_to(shape, "mlx", quant, &dir);
-            let r = tool("check_mlx.py", &[dir.to_str().unwrap(), "--reference", reference.to_str().unwrap(), "--mlx-quantize"]);
+            let r = tool(
+                "check_mlx.py",
+                &[
+                    dir.to_str().unwrap(),
+                    "--reference",
+                    reference.to_str().unwrap(),
+                    "--mlx-quantize",
+                ],
+            );
             let quantized = r["quantized"].as_object().unwrap();
-            assert!(quantized.len() >= 10, "{shape} mlx {quant}: only {} quantized modules", quantized.len());
+            assert!(
+                quantized.len() >= 10,
+                "{shape} mlx {quant}: only {} quantized modules",
+                quantized.len()
+            );
             if shape == "tiny-gpt-oss" {
-                assert_eq!(r["quantized"]["model.layers.0.mlp.router"]["bits"], 8, "router kept at 8 bits");
+                assert_eq!(
+                    r["quantized"]["model.layers.0.mlp.router"]["bits"], 8,
+                    "router kept at 8 bits"
+                );
             }
             for (name, theirs) in r["mlx_relative_rmse"].as_object().unwrap() {
-                let (ours, theirs) = (r["relative_rmse"][name].as_f64().unwrap(), theirs.as_f64().unwrap());
-                assert!(ours <= theirs, "{shape} mlx {quant}: {name} relative RMSE {ours} vs mx.quantize's {theirs}");
+                let (ours, theirs) = (
+                    r["relative_rmse"][name].as_f64().unwrap(),
+                    theirs.as_f64().unwrap(),
+                );
+                assert!(
+                    ours <= theirs,
+                    "{shape} mlx {quant}: {name} relative RMSE {ours} vs mx.quantize's {theirs}"
+                );
             }
             for (name, e) in r["relative_rmse"].as_object().unwrap() {
-                assert!(e.as_f64().unwrap() < 0.6, "{shape} mlx {quant}: {name} relative RMSE {e}");
+                assert!(
+                    e.as_f64().unwrap() < 0.6,
+                    "{shape} mlx {quant}: {name} relative RMSE {e}"
+                );
             }
         }
     }

@@ -28,14 +28,17 @@ pub struct Args {
 }
 
 fn default_out(input: &Path, target: &Target, quant: Option<&str>) -> PathBuf {
-    let stem = input.file_stem().map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
+    let stem = input
+        .file_stem()
+        .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
     let q = match target {
         Target::Mlx(m) => m.label(),
-        _ => quant.unwrap_or(match target {
-            Target::Gguf(_) => "f16",
-            _ => "bf16",
-        })
-        .to_ascii_lowercase(),
+        _ => quant
+            .unwrap_or(match target {
+                Target::Gguf(_) => "f16",
+                _ => "bf16",
+            })
+            .to_ascii_lowercase(),
     };
     let parent = input.parent().unwrap_or(Path::new("."));
     match target {
@@ -48,11 +51,22 @@ pub fn run(args: Args) -> Result<(), String> {
     let ck = Checkpoint::open(&args.input).map_err(|e| e.to_string())?;
     let model = model_from_checkpoint(&ck).map_err(|e| e.to_string())?;
     let target = parse_target(&model, &args.to, args.quant.as_deref(), args.group_size)?;
-    let out = args.out.clone().unwrap_or_else(|| default_out(&args.input, &target, args.quant.as_deref()));
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out(&args.input, &target, args.quant.as_deref()));
     let bar = bytes_bar(&format!("{} → {}", ck.format.name(), target.format()));
     let started = Instant::now();
-    let path = model.write_sized(&target, &out, &|n| bar.inc(n), &|total| bar.set_length(total)).map_err(|e| e.to_string())?;
+    let path = model
+        .write_sized(&target, &out, &|n| bar.inc(n), &|total| {
+            bar.set_length(total)
+        })
+        .map_err(|e| e.to_string())?;
     bar.finish_and_clear();
-    eprintln!("wrote {} in {:.1} s", path.display(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "wrote {} in {:.1} s",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -27,11 +27,24 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let shape = shapes::shape(&args.shape).ok_or_else(|| format!("unknown shape '{}' (one of: {})", args.shape, shapes::NAMES.join(", ")))?;
+    let shape = shapes::shape(&args.shape).ok_or_else(|| {
+        format!(
+            "unknown shape '{}' (one of: {})",
+            args.shape,
+            shapes::NAMES.join(", ")
+        )
+    })?;
     let model = synth::model(&shape, args.seed);
     let mut jobs = Vec::new();
-    for spec in args.formats.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (format, quant) = spec.split_once(':').map_or((spec, None), |(f, q)| (f, Some(q)));
+    for spec in args
+        .formats
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let (format, quant) = spec
+            .split_once(':')
+            .map_or((spec, None), |(f, q)| (f, Some(q)));
         let target = parse_target(&model, format, quant, args.group_size)?;
         let sub = match (&target, quant) {
             (Target::Mlx(q), _) => format!("mlx-{}", q.label()),
@@ -39,7 +52,11 @@ pub fn run(args: Args) -> Result<(), String> {
             (t, None) => t.format().to_string(),
         };
         let out = if target.format() == "gguf" {
-            args.out.join(&sub).join(format!("{}-{}.gguf", shape.name, quant.unwrap_or("f16").to_ascii_uppercase()))
+            args.out.join(&sub).join(format!(
+                "{}-{}.gguf",
+                shape.name,
+                quant.unwrap_or("f16").to_ascii_uppercase()
+            ))
         } else {
             args.out.join(&sub)
         };
@@ -52,10 +69,16 @@ pub fn run(args: Args) -> Result<(), String> {
         let bar = bytes_bar(&spec);
         let started = Instant::now();
         let path = model
-            .write_sized(&target, &out, &|n| bar.inc(n), &|total| bar.set_length(total))
+            .write_sized(&target, &out, &|n| bar.inc(n), &|total| {
+                bar.set_length(total)
+            })
             .map_err(|e| e.to_string())?;
         bar.finish_and_clear();
-        eprintln!("{spec}: wrote {} in {:.1} s", path.display(), started.elapsed().as_secs_f64());
+        eprintln!(
+            "{spec}: wrote {} in {:.1} s",
+            path.display(),
+            started.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }

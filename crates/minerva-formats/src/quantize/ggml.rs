@@ -20,7 +20,8 @@ fn signed_absmax(x: &[f32]) -> (f32, f32) {
 }
 
 fn min_max(x: &[f32]) -> (f32, f32) {
-    x.iter().fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+    x.iter()
+        .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)))
 }
 
 /// Q8_0: f16 scale amax/127, 32 signed bytes rounded half away from zero.
@@ -148,11 +149,13 @@ pub fn mxfp4_best_exponent(x: &[f32]) -> u8 {
     }
     let err = |e: u8| -> f32 {
         let scale = crate::quant::mxfp4::e8m0_to_f32(e);
-        x.iter().map(|&v| {
-            let c = mxfp4_code(v, e);
-            let q = crate::quant::mxfp4::E2M1[c as usize] * scale;
-            (q - v) * (q - v)
-        }).sum()
+        x.iter()
+            .map(|&v| {
+                let c = mxfp4_code(v, e);
+                let q = crate::quant::mxfp4::E2M1[c as usize] * scale;
+                (q - v) * (q - v)
+            })
+            .sum()
     };
     if err(e + 1) < err(e) {
         e + 1

@@ -14,7 +14,15 @@ fn f16_round(v: f32) -> f32 {
 
 /// Fits `x ≈ scale·L + min` with L in 0..=nmax and min ≤ 0, weighted least squares over a few
 /// grid stretches. Returns (scale, −min) and leaves the codes in `l`.
-fn fit_scale_min(x: &[f32], w: &[f32], nmax: i32, l: &mut [u8], rmin: f32, rdelta: f32, nstep: i32) -> (f32, f32) {
+fn fit_scale_min(
+    x: &[f32],
+    w: &[f32],
+    nmax: i32,
+    l: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+) -> (f32, f32) {
     let n = x.len();
     let (mut min, mut max) = (x[0], x[0]);
     let (mut sum_w, mut sum_x) = (0f32, 0f32);
@@ -167,7 +175,11 @@ fn scale_min_superblock(x: &[f32], nmax: i32, rmin: f32, nstep: i32, head: &mut 
         max_scale = max_scale.max(s);
         max_min = max_min.max(m);
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let mut sc = [0u8; 8];
     let mut mn = [0u8; 8];
@@ -266,7 +278,8 @@ pub fn q6_k(x: &[f32], out: &mut [u8]) {
             let q = [l[lb + i], l[lb + i + 32], l[lb + i + 64], l[lb + i + 96]];
             ql[qlb + i] = (q[0] & 0x0F) | ((q[2] & 0x0F) << 4);
             ql[qlb + i + 32] = (q[1] & 0x0F) | ((q[3] & 0x0F) << 4);
-            qh[qhb + i] = (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
+            qh[qhb + i] =
+                (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
         }
     }
 }

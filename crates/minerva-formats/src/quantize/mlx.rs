@@ -52,13 +52,23 @@ fn affine_codes(xs: &[f32], s: f32, b: f32, n_bins: f32, codes: &mut [u32]) -> f
 /// represents the extreme of larger magnitude exactly; plain min–max; and a least-squares refit
 /// of the better one's codes) are rounded to `scale_dtype` and the one with the smallest error
 /// for the values actually decoded is kept.
-pub fn affine_row(x: &[f32], bits: u8, group: usize, scale_dtype: DType, weight: &mut [u8], scales: &mut [u8], biases: &mut [u8]) {
+pub fn affine_row(
+    x: &[f32],
+    bits: u8,
+    group: usize,
+    scale_dtype: DType,
+    weight: &mut [u8],
+    scales: &mut [u8],
+    biases: &mut [u8],
+) {
     let n_bins = ((1u32 << bits) - 1) as f32;
     let sb = scale_dtype.block_bytes();
     let mut codes = vec![0u32; x.len()];
     let mut trial = vec![0u32; group];
     for (g, xs) in x.chunks_exact(group).enumerate() {
-        let (lo, hi) = xs.iter().fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+        let (lo, hi) = xs
+            .iter()
+            .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
         let from_min = lo.abs() > hi.abs();
         let mut scale = ((hi - lo) / n_bins).max(1e-7);
         if !from_min {
@@ -66,7 +76,11 @@ pub fn affine_row(x: &[f32], bits: u8, group: usize, scale_dtype: DType, weight:
         }
         let edge = if from_min { lo } else { hi };
         let q0 = (edge / scale).round_ties_even();
-        let (ms, mb) = if q0 != 0.0 { (edge / q0, edge) } else { (scale, 0.0) };
+        let (ms, mb) = if q0 != 0.0 {
+            (edge / q0, edge)
+        } else {
+            (scale, 0.0)
+        };
         let out = &mut codes[g * group..(g + 1) * group];
         let mut best = (stored(ms, scale_dtype), stored(mb, scale_dtype));
         let mut best_err = affine_codes(xs, best.0, best.1, n_bins, out);
@@ -92,7 +106,12 @@ pub fn affine_row(x: &[f32], bits: u8, group: usize, scale_dtype: DType, weight:
         }
         let det = n * sqq - sq * sq;
         if det > 0.0 {
-            consider((n * sqx - sq * sx) / det, (sqq * sx - sq * sqx) / det, out, &mut trial);
+            consider(
+                (n * sqx - sq * sx) / det,
+                (sqq * sx - sq * sqx) / det,
+                out,
+                &mut trial,
+            );
         }
         put(best.0, scale_dtype, &mut scales[g * sb..(g + 1) * sb]);
         put(best.1, scale_dtype, &mut biases[g * sb..(g + 1) * sb]);
@@ -108,7 +127,8 @@ pub fn mxfp4_row(x: &[f32], weight: &mut [u8], scales: &mut [u8]) {
         scales[g] = e;
         let w = &mut weight[16 * g..16 * g + 16];
         for i in 0..16 {
-            w[i] = super::ggml::mxfp4_code(xs[2 * i], e) | (super::ggml::mxfp4_code(xs[2 * i + 1], e) << 4);
+            w[i] = super::ggml::mxfp4_code(xs[2 * i], e)
+                | (super::ggml::mxfp4_code(xs[2 * i + 1], e) << 4);
         }
     }
 }

@@ -48,13 +48,26 @@ pub fn can_encode(dtype: DType) -> bool {
 
 /// Encodes whole rows of `src` (`row_len` values each) into the dtype's buffers, which hold
 /// exactly those rows (sizes from `row_buffer_bytes` times the row count).
-pub fn encode_rows(dtype: DType, src: &[f32], row_len: usize, bufs: &mut [&mut [u8]]) -> Result<()> {
+pub fn encode_rows(
+    dtype: DType,
+    src: &[f32],
+    row_len: usize,
+    bufs: &mut [&mut [u8]],
+) -> Result<()> {
     let per_row = row_buffer_bytes(dtype, row_len)
         .filter(|_| can_encode(dtype))
-        .ok_or_else(|| FormatError::unsupported("quantizer", format!("encoding rows of {row_len} as {}", dtype.name())))?;
+        .ok_or_else(|| {
+            FormatError::unsupported(
+                "quantizer",
+                format!("encoding rows of {row_len} as {}", dtype.name()),
+            )
+        })?;
     let rows = if row_len == 0 { 0 } else { src.len() / row_len };
     if bufs.len() != per_row.len() || bufs.iter().zip(&per_row).any(|(b, &p)| b.len() != p * rows) {
-        return Err(FormatError::malformed("quantizer", format!("output buffers do not fit {rows} rows of {}", dtype.name())));
+        return Err(FormatError::malformed(
+            "quantizer",
+            format!("output buffers do not fit {rows} rows of {}", dtype.name()),
+        ));
     }
     let block = |f: fn(&[f32], &mut [u8]), n: usize, out: &mut [u8]| {
         let bb = dtype.block_bytes();
@@ -88,7 +101,9 @@ pub fn encode_rows(dtype: DType, src: &[f32], row_len: usize, bufs: &mut [&mut [
         DType::Q5_K => block(kquants::q5_k, 256, bufs[0]),
         DType::Q6_K => block(kquants::q6_k, 256, bufs[0]),
         DType::MlxAffine { bits, group } => {
-            let [w, s, b] = bufs else { unreachable!("three buffers checked above") };
+            let [w, s, b] = bufs else {
+                unreachable!("three buffers checked above")
+            };
             for (r, x) in src.chunks_exact(row_len).enumerate() {
                 let span = |p: usize| r * p..(r + 1) * p;
                 mlx::affine_row(
@@ -103,9 +118,15 @@ pub fn encode_rows(dtype: DType, src: &[f32], row_len: usize, bufs: &mut [&mut [
             }
         }
         DType::MlxMxfp4 => {
-            let [w, s] = bufs else { unreachable!("two buffers checked above") };
+            let [w, s] = bufs else {
+                unreachable!("two buffers checked above")
+            };
             for (r, x) in src.chunks_exact(row_len).enumerate() {
-                mlx::mxfp4_row(x, &mut w[r * per_row[0]..(r + 1) * per_row[0]], &mut s[r * per_row[1]..(r + 1) * per_row[1]]);
+                mlx::mxfp4_row(
+                    x,
+                    &mut w[r * per_row[0]..(r + 1) * per_row[0]],
+                    &mut s[r * per_row[1]..(r + 1) * per_row[1]],
+                );
             }
         }
         _ => unreachable!("can_encode checked above"),

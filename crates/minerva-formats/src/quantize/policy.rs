@@ -30,7 +30,13 @@ pub struct QuantPolicy {
 
 impl QuantPolicy {
     pub fn uniform(dtype: DType, fallback: DType, n_layers: usize) -> Self {
-        QuantPolicy { recipe: QuantRecipe::Uniform(dtype), fallback, overrides: Vec::new(), n_layers, keep_router_plain: false }
+        QuantPolicy {
+            recipe: QuantRecipe::Uniform(dtype),
+            fallback,
+            overrides: Vec::new(),
+            n_layers,
+            keep_router_plain: false,
+        }
     }
 
     /// llama.cpp's layer rule for the K_M mixes.
@@ -51,7 +57,11 @@ impl QuantPolicy {
             QuantRecipe::Uniform(d) => d,
             QuantRecipe::KMixed(base) => match id.role {
                 Role::Output => DType::Q6_K,
-                Role::AttnV | Role::FfnDown | Role::ExpDown if id.layer.is_some_and(|l| self.more_bits(l)) => DType::Q6_K,
+                Role::AttnV | Role::FfnDown | Role::ExpDown
+                    if id.layer.is_some_and(|l| self.more_bits(l)) =>
+                {
+                    DType::Q6_K
+                }
                 _ => base,
             },
         }
@@ -70,7 +80,11 @@ pub fn fit_row(dtype: DType, row_len: usize) -> DType {
         DType::Q5_K => DType::Q5_1,
         DType::Q6_K => DType::Q8_0,
         DType::MlxAffine { bits, .. } => {
-            return [64u16, 32].into_iter().map(|g| DType::MlxAffine { bits, group: g }).find(|d| super::row_buffer_bytes(*d, row_len).is_some()).unwrap_or(DType::BF16)
+            return [64u16, 32]
+                .into_iter()
+                .map(|g| DType::MlxAffine { bits, group: g })
+                .find(|d| super::row_buffer_bytes(*d, row_len).is_some())
+                .unwrap_or(DType::BF16)
         }
         DType::MlxMxfp4 => DType::BF16,
         _ => DType::F16,
@@ -87,9 +101,15 @@ pub fn fit_row(dtype: DType, row_len: usize) -> DType {
 /// Q6_K; `mxfp4` on an MoE model is MXFP4_MOE (experts MXFP4, other matrices Q8_0); the router
 /// and 1-D tensors stay F32.
 pub fn gguf_policy(quant: &str, n_layers: usize, tied: bool, moe: bool) -> Option<QuantPolicy> {
-    let base = |d| QuantPolicy { keep_router_plain: true, ..QuantPolicy::uniform(d, DType::F32, n_layers) };
+    let base = |d| QuantPolicy {
+        keep_router_plain: true,
+        ..QuantPolicy::uniform(d, DType::F32, n_layers)
+    };
     let output_q6 = |mut p: QuantPolicy| {
-        p.overrides.push((if tied { Role::TokenEmbd } else { Role::Output }, DType::Q6_K));
+        p.overrides.push((
+            if tied { Role::TokenEmbd } else { Role::Output },
+            DType::Q6_K,
+        ));
         p
     };
     Some(match quant.to_ascii_lowercase().as_str() {
@@ -102,12 +122,22 @@ pub fn gguf_policy(quant: &str, n_layers: usize, tied: bool, moe: bool) -> Optio
         "q5_0" => output_q6(base(DType::Q5_0)),
         "q5_1" => output_q6(base(DType::Q5_1)),
         "q6_k" => base(DType::Q6_K),
-        "q4_k_m" => QuantPolicy { recipe: QuantRecipe::KMixed(DType::Q4_K), ..base(DType::Q4_K) },
-        "q5_k_m" => QuantPolicy { recipe: QuantRecipe::KMixed(DType::Q5_K), ..base(DType::Q5_K) },
+        "q4_k_m" => QuantPolicy {
+            recipe: QuantRecipe::KMixed(DType::Q4_K),
+            ..base(DType::Q4_K)
+        },
+        "q5_k_m" => QuantPolicy {
+            recipe: QuantRecipe::KMixed(DType::Q5_K),
+            ..base(DType::Q5_K)
+        },
         "mxfp4" if moe => {
             let mut p = base(DType::Q8_0);
             p.recipe = QuantRecipe::Uniform(DType::Q8_0);
-            p.overrides = vec![(Role::ExpGate, DType::MXFP4), (Role::ExpUp, DType::MXFP4), (Role::ExpDown, DType::MXFP4)];
+            p.overrides = vec![
+                (Role::ExpGate, DType::MXFP4),
+                (Role::ExpUp, DType::MXFP4),
+                (Role::ExpDown, DType::MXFP4),
+            ];
             p
         }
         "mxfp4" => base(DType::MXFP4),
@@ -125,15 +155,26 @@ mod tests {
     #[test]
     fn q4_k_m_matches_llama_cpp_choices() {
         // The mixtral fixture (1 layer) stores attn_v, ffn_down_exps and output as Q6_K.
-        let p = QuantPolicy { keep_router_plain: true, ..QuantPolicy { recipe: QuantRecipe::KMixed(DType::Q4_K), ..QuantPolicy::uniform(DType::Q4_K, DType::F32, 1) } };
+        let p = QuantPolicy {
+            keep_router_plain: true,
+            ..QuantPolicy {
+                recipe: QuantRecipe::KMixed(DType::Q4_K),
+                ..QuantPolicy::uniform(DType::Q4_K, DType::F32, 1)
+            }
+        };
         assert_eq!(p.choose(TensorId::layer(Role::AttnV, 0)), DType::Q6_K);
         assert_eq!(p.choose(TensorId::layer(Role::ExpDown, 0)), DType::Q6_K);
         assert_eq!(p.choose(TensorId::layer(Role::AttnQ, 0)), DType::Q4_K);
         assert_eq!(p.choose(TensorId::layer(Role::Router, 0)), DType::F32);
         assert_eq!(p.choose(TensorId::global(Role::Output)), DType::Q6_K);
         assert_eq!(p.choose(TensorId::layer(Role::AttnNorm, 0)), DType::F32);
-        let p24 = QuantPolicy { recipe: QuantRecipe::KMixed(DType::Q4_K), ..QuantPolicy::uniform(DType::Q4_K, DType::F32, 24) };
-        let v: Vec<bool> = (0..24).map(|l| p24.choose(TensorId::layer(Role::AttnV, l)) == DType::Q6_K).collect();
+        let p24 = QuantPolicy {
+            recipe: QuantRecipe::KMixed(DType::Q4_K),
+            ..QuantPolicy::uniform(DType::Q4_K, DType::F32, 24)
+        };
+        let v: Vec<bool> = (0..24)
+            .map(|l| p24.choose(TensorId::layer(Role::AttnV, l)) == DType::Q6_K)
+            .collect();
         assert_eq!(v.iter().filter(|&&b| b).count(), 3 + 3 + 6);
         assert_eq!(fit_row(DType::Q4_K, 64), DType::Q5_0);
         assert_eq!(fit_row(DType::Q6_K, 64), DType::Q8_0);

@@ -50,15 +50,36 @@ fn get(c: &Value, k: &str) -> usize {
 /// The tensor list of a shape: (id, canonical shape, init).
 fn tensor_plan(shape: &Shape) -> Vec<(TensorId, Vec<usize>, Init)> {
     let c = &shape.config;
-    let (hidden, layers, vocab) = (get(c, "hidden_size"), get(c, "num_hidden_layers"), get(c, "vocab_size"));
-    let (nh, nkv, ffn) = (get(c, "num_attention_heads"), get(c, "num_key_value_heads"), get(c, "intermediate_size"));
-    let hd = c.get("head_dim").and_then(Value::as_u64).map_or(hidden / nh, |v| v as usize);
+    let (hidden, layers, vocab) = (
+        get(c, "hidden_size"),
+        get(c, "num_hidden_layers"),
+        get(c, "vocab_size"),
+    );
+    let (nh, nkv, ffn) = (
+        get(c, "num_attention_heads"),
+        get(c, "num_key_value_heads"),
+        get(c, "intermediate_size"),
+    );
+    let hd = c
+        .get("head_dim")
+        .and_then(Value::as_u64)
+        .map_or(hidden / nh, |v| v as usize);
     let experts = get(c, "num_local_experts");
-    let bias = c.get("attention_bias").and_then(Value::as_bool).unwrap_or(false);
-    let tied = c.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
+    let bias = c
+        .get("attention_bias")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let tied = c
+        .get("tie_word_embeddings")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let m = |fan_in: usize| Init::Normal(1.0 / (fan_in as f32).sqrt());
     let (norm, small) = (Init::AroundOne(0.05), Init::Normal(0.02));
-    let mut p = vec![(TensorId::global(Role::TokenEmbd), vec![vocab, hidden], m(hidden))];
+    let mut p = vec![(
+        TensorId::global(Role::TokenEmbd),
+        vec![vocab, hidden],
+        m(hidden),
+    )];
     for l in 0..layers {
         let id = |r| TensorId::layer(r, l);
         p.push((id(Role::AttnNorm), vec![hidden], norm));
@@ -67,7 +88,12 @@ fn tensor_plan(shape: &Shape) -> Vec<(TensorId, Vec<usize>, Init)> {
         p.push((id(Role::AttnV), vec![nkv * hd, hidden], m(hidden)));
         p.push((id(Role::AttnO), vec![hidden, nh * hd], m(nh * hd)));
         if bias {
-            for (r, n) in [(Role::AttnQ, nh * hd), (Role::AttnK, nkv * hd), (Role::AttnV, nkv * hd), (Role::AttnO, hidden)] {
+            for (r, n) in [
+                (Role::AttnQ, nh * hd),
+                (Role::AttnK, nkv * hd),
+                (Role::AttnV, nkv * hd),
+                (Role::AttnO, hidden),
+            ] {
                 p.push((TensorId::bias(r, l), vec![n], small));
             }
         }
@@ -93,12 +119,20 @@ fn tensor_plan(shape: &Shape) -> Vec<(TensorId, Vec<usize>, Init)> {
             p.push((TensorId::bias(Role::Router, l), vec![experts], small));
             p.push((TensorId::bias(Role::ExpGate, l), vec![experts, ffn], small));
             p.push((TensorId::bias(Role::ExpUp, l), vec![experts, ffn], small));
-            p.push((TensorId::bias(Role::ExpDown, l), vec![experts, hidden], small));
+            p.push((
+                TensorId::bias(Role::ExpDown, l),
+                vec![experts, hidden],
+                small,
+            ));
         }
     }
     p.push((TensorId::global(Role::OutputNorm), vec![hidden], norm));
     if !tied {
-        p.push((TensorId::global(Role::Output), vec![vocab, hidden], m(hidden)));
+        p.push((
+            TensorId::global(Role::Output),
+            vec![vocab, hidden],
+            m(hidden),
+        ));
     }
     p
 }
@@ -109,7 +143,12 @@ pub fn model(shape: &Shape, seed: u64) -> Model<'static> {
         .into_iter()
         .map(|(id, dims, init)| {
             let row_len = *dims.last().unwrap_or(&1);
-            ModelTensor { id, shape: dims, rows: rows(seed, id, row_len, init), stored: None }
+            ModelTensor {
+                id,
+                shape: dims,
+                rows: rows(seed, id, row_len, init),
+                stored: None,
+            }
         })
         .collect();
     let c = &shape.config;
@@ -120,7 +159,8 @@ pub fn model(shape: &Shape, seed: u64) -> Model<'static> {
             Some(v) => v.as_u64(),
             None => None,
         };
-        id.and_then(|i| shape.specials.iter().find(|s| s.0 as u64 == i)).map_or(Value::Null, |s| Value::String(s.1.clone()))
+        id.and_then(|i| shape.specials.iter().find(|s| s.0 as u64 == i))
+            .map_or(Value::Null, |s| Value::String(s.1.clone()))
     };
     let tokenizer_config = json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -144,7 +184,12 @@ pub fn model(shape: &Shape, seed: u64) -> Model<'static> {
         config: shape.config.clone(),
         tensors,
         companions: Companions {
-            tokenizer_json: Some(tokenizer::tokenizer_json(vocab, &shape.specials, shape.bos_prefix, seed)),
+            tokenizer_json: Some(tokenizer::tokenizer_json(
+                vocab,
+                &shape.specials,
+                shape.bos_prefix,
+                seed,
+            )),
             tokenizer_config: Some(tokenizer_config),
             chat_template: Some(shape.chat_template.to_string()),
             generation_config: Some(generation),

@@ -14,7 +14,9 @@ pub struct Rng(u64);
 
 impl Rng {
     pub fn for_row(seed: u64, tensor: u64, row: u64) -> Rng {
-        Rng(mix(seed ^ mix(tensor.wrapping_add(0x9e37_79b9_7f4a_7c15)) ^ mix(row.wrapping_mul(0xd1b5_4a32_d192_ed03))))
+        Rng(mix(seed
+            ^ mix(tensor.wrapping_add(0x9e37_79b9_7f4a_7c15))
+            ^ mix(row.wrapping_mul(0xd1b5_4a32_d192_ed03))))
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -45,7 +47,13 @@ mod tests {
         let var = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f32>() / n as f32;
         assert!(mean.abs() < 0.01, "mean {mean}");
         assert!((var - 1.0).abs() < 0.02, "variance {var}");
-        assert_ne!(Rng::for_row(1, 2, 3).next_u64(), Rng::for_row(1, 2, 4).next_u64());
-        assert_ne!(Rng::for_row(1, 2, 3).next_u64(), Rng::for_row(1, 3, 3).next_u64());
+        assert_ne!(
+            Rng::for_row(1, 2, 3).next_u64(),
+            Rng::for_row(1, 2, 4).next_u64()
+        );
+        assert_ne!(
+            Rng::for_row(1, 2, 3).next_u64(),
+            Rng::for_row(1, 3, 3).next_u64()
+        );
     }
 }

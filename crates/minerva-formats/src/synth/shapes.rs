@@ -25,13 +25,34 @@ fn named(list: &[(u32, &str)]) -> Vec<(u32, String)> {
 }
 
 /// Special tokens in `first..last` (inclusive): the named ones, the rest reserved.
-fn reserved_block(first: u32, last: u32, named_ids: &[(u32, &str)], reserved: impl Fn(u32) -> String) -> Vec<(u32, String)> {
+fn reserved_block(
+    first: u32,
+    last: u32,
+    named_ids: &[(u32, &str)],
+    reserved: impl Fn(u32) -> String,
+) -> Vec<(u32, String)> {
     (first..=last)
-        .map(|i| (i, named_ids.iter().find(|n| n.0 == i).map_or_else(|| reserved(i), |n| n.1.to_string())))
+        .map(|i| {
+            (
+                i,
+                named_ids
+                    .iter()
+                    .find(|n| n.0 == i)
+                    .map_or_else(|| reserved(i), |n| n.1.to_string()),
+            )
+        })
         .collect()
 }
 
-fn llama(name: &str, layers: usize, hidden: usize, heads: usize, kv: usize, ffn: usize, vocab: usize) -> Value {
+fn llama(
+    name: &str,
+    layers: usize,
+    hidden: usize,
+    heads: usize,
+    kv: usize,
+    ffn: usize,
+    vocab: usize,
+) -> Value {
     json!({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": hidden, "intermediate_size": ffn, "num_hidden_layers": layers,
@@ -42,8 +63,28 @@ fn llama(name: &str, layers: usize, hidden: usize, heads: usize, kv: usize, ffn:
     })
 }
 
-fn gpt_oss(layers: usize, hidden: usize, heads: usize, kv: usize, experts: usize, top_k: usize, ffn: usize, vocab: usize, window: usize, factor: f64, original: usize) -> Value {
-    let types: Vec<&str> = (0..layers).map(|l| if l % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+fn gpt_oss(
+    layers: usize,
+    hidden: usize,
+    heads: usize,
+    kv: usize,
+    experts: usize,
+    top_k: usize,
+    ffn: usize,
+    vocab: usize,
+    window: usize,
+    factor: f64,
+    original: usize,
+) -> Value {
+    let types: Vec<&str> = (0..layers)
+        .map(|l| {
+            if l % 2 == 0 {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            }
+        })
+        .collect();
     let scaling = json!({"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": original, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false});
     let mut params = scaling.clone();
     params["rope_theta"] = json!(150000.0);
@@ -72,7 +113,16 @@ const GPT_OSS_NAMED: [(u32, &str); 9] = [
 ];
 
 /// Names `synth` accepts.
-pub const NAMES: [&str; 8] = ["tinyllama-1.1b", "llama-3.2-1b", "qwen3-0.6b", "mixtral-small", "gpt-oss-20b", "tiny-llama", "tiny-qwen3", "tiny-gpt-oss"];
+pub const NAMES: [&str; 8] = [
+    "tinyllama-1.1b",
+    "llama-3.2-1b",
+    "qwen3-0.6b",
+    "mixtral-small",
+    "gpt-oss-20b",
+    "tiny-llama",
+    "tiny-qwen3",
+    "tiny-gpt-oss",
+];
 
 pub fn shape(name: &str) -> Option<Shape> {
     let llama2_specials = named(&[(0, "<unk>"), (1, "<s>"), (2, "</s>")]);
@@ -103,19 +153,32 @@ pub fn shape(name: &str) -> Option<Shape> {
             c["max_position_embeddings"] = json!(131072);
             c["bos_token_id"] = json!(128000);
             c["eos_token_id"] = json!([128001, 128008, 128009]);
-            let named_ids = [(128000, "<|begin_of_text|>"), (128001, "<|end_of_text|>"), (128006, "<|start_header_id|>"), (128007, "<|end_header_id|>"), (128008, "<|eom_id|>"), (128009, "<|eot_id|>")];
+            let named_ids = [
+                (128000, "<|begin_of_text|>"),
+                (128001, "<|end_of_text|>"),
+                (128006, "<|start_header_id|>"),
+                (128007, "<|end_header_id|>"),
+                (128008, "<|eom_id|>"),
+                (128009, "<|eot_id|>"),
+            ];
             Shape {
                 name: "llama-3.2-1b",
                 arch: Architecture::Llama,
                 config: c,
-                specials: reserved_block(128000, 128255, &named_ids, |i| format!("<|reserved_special_token_{}|>", i - 128000)),
+                specials: reserved_block(128000, 128255, &named_ids, |i| {
+                    format!("<|reserved_special_token_{}|>", i - 128000)
+                }),
                 bos_prefix: Some("<|begin_of_text|>"),
                 chat_template: LLAMA3_TEMPLATE,
             }
         }
         "qwen3-0.6b" | "tiny-qwen3" => {
             let tiny = name == "tiny-qwen3";
-            let (layers, hidden, heads, kv, hd, ffn, vocab) = if tiny { (2, 256, 4, 2, 64, 512, 512) } else { (28, 1024, 16, 8, 128, 3072, 151936) };
+            let (layers, hidden, heads, kv, hd, ffn, vocab) = if tiny {
+                (2, 256, 4, 2, 64, 512, 512)
+            } else {
+                (28, 1024, 16, 8, 128, 3072, 151936)
+            };
             let base = if tiny { 300 } else { 151643 };
             let c = json!({
                 "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
@@ -129,7 +192,11 @@ pub fn shape(name: &str) -> Option<Shape> {
                 name: if tiny { "tiny-qwen3" } else { "qwen3-0.6b" },
                 arch: Architecture::Qwen3,
                 config: c,
-                specials: named(&[(base, "<|endoftext|>"), (base + 1, "<|im_start|>"), (base + 2, "<|im_end|>")]),
+                specials: named(&[
+                    (base, "<|endoftext|>"),
+                    (base + 1, "<|im_start|>"),
+                    (base + 2, "<|im_end|>"),
+                ]),
                 bos_prefix: None,
                 chat_template: CHATML_TEMPLATE,
             }
@@ -160,7 +227,9 @@ pub fn shape(name: &str) -> Option<Shape> {
                 name: "gpt-oss-20b",
                 arch: Architecture::GptOss,
                 config: c,
-                specials: reserved_block(199998, 201087, &GPT_OSS_NAMED, |i| format!("<|reserved_{i}|>")),
+                specials: reserved_block(199998, 201087, &GPT_OSS_NAMED, |i| {
+                    format!("<|reserved_{i}|>")
+                }),
                 bos_prefix: None,
                 chat_template: HARMONY_TEMPLATE,
             }
@@ -171,12 +240,25 @@ pub fn shape(name: &str) -> Option<Shape> {
             c["eos_token_id"] = json!(402);
             c["pad_token_id"] = json!(401);
             c["max_position_embeddings"] = json!(256);
-            let names = ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|call|>"];
+            let names = [
+                "<|startoftext|>",
+                "<|endoftext|>",
+                "<|return|>",
+                "<|start|>",
+                "<|end|>",
+                "<|message|>",
+                "<|channel|>",
+                "<|call|>",
+            ];
             Shape {
                 name: "tiny-gpt-oss",
                 arch: Architecture::GptOss,
                 config: c,
-                specials: names.iter().enumerate().map(|(i, s)| (400 + i as u32, s.to_string())).collect(),
+                specials: names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (400 + i as u32, s.to_string()))
+                    .collect(),
                 bos_prefix: None,
                 chat_template: HARMONY_TEMPLATE,
             }

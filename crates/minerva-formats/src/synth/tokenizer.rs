@@ -8,7 +8,10 @@ use std::collections::HashSet;
 
 /// GPT-2's printable stand-ins for the 256 byte values.
 pub fn byte_symbols() -> Vec<char> {
-    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
     let mut out = vec!['\0'; 256];
     for &b in &printable {
         out[b as usize] = char::from_u32(b).unwrap_or('?');
@@ -26,10 +29,17 @@ pub fn byte_symbols() -> Vec<char> {
 
 /// The tokenizer.json: `specials` are (id, text); ordinary tokens fill every other id below
 /// `vocab` (ids above the last ordinary or special token stay unused, as in padded vocabularies).
-pub fn tokenizer_json(vocab: usize, specials: &[(u32, String)], bos_prefix: Option<&str>, seed: u64) -> Value {
+pub fn tokenizer_json(
+    vocab: usize,
+    specials: &[(u32, String)],
+    bos_prefix: Option<&str>,
+    seed: u64,
+) -> Value {
     let symbols = byte_symbols();
     let special_ids: HashSet<u32> = specials.iter().map(|s| s.0).collect();
-    let n_ordinary = (0..vocab as u32).filter(|i| !special_ids.contains(i)).count();
+    let n_ordinary = (0..vocab as u32)
+        .filter(|i| !special_ids.contains(i))
+        .count();
     let mut ordinary_ids = (0..vocab as u32).filter(|i| !special_ids.contains(i));
     let mut vocab_map = Map::new();
     let mut tokens: Vec<String> = Vec::with_capacity(n_ordinary);
@@ -43,15 +53,27 @@ pub fn tokenizer_json(vocab: usize, specials: &[(u32, String)], bos_prefix: Opti
         }
     }
     // Merges favour letters and a leading space ('Ġ') so tokens look like word pieces.
-    let letters: Vec<usize> = (b'a'..=b'z').map(|b| b as usize).chain([b' ' as usize, b'e' as usize, b't' as usize]).collect();
+    let letters: Vec<usize> = (b'a'..=b'z')
+        .map(|b| b as usize)
+        .chain([b' ' as usize, b'e' as usize, b't' as usize])
+        .collect();
     let mut merges = Vec::with_capacity(n_ordinary.saturating_sub(256));
     let mut rng = Rng::for_row(seed, u64::MAX, 0);
     let mut misses = 0;
     while tokens.len() < n_ordinary && misses < 1_000_000 {
         let r = rng.next_u64();
-        let left = if r & 3 == 0 { symbols[letters[(r >> 8) as usize % letters.len()]].to_string() } else { tokens[(r >> 16) as usize % tokens.len()].clone() };
-        let right = tokens[letters[(r >> 40) as usize % letters.len()].min(tokens.len() - 1)].clone();
-        let right = if (r >> 60) & 1 == 0 { right } else { tokens[(r >> 24) as usize % tokens.len().min(4096)].clone() };
+        let left = if r & 3 == 0 {
+            symbols[letters[(r >> 8) as usize % letters.len()]].to_string()
+        } else {
+            tokens[(r >> 16) as usize % tokens.len()].clone()
+        };
+        let right =
+            tokens[letters[(r >> 40) as usize % letters.len()].min(tokens.len() - 1)].clone();
+        let right = if (r >> 60) & 1 == 0 {
+            right
+        } else {
+            tokens[(r >> 24) as usize % tokens.len().min(4096)].clone()
+        };
         let merged = format!("{left}{right}");
         if right.contains('Ġ') || merged.chars().count() > 16 || seen.contains(&merged) {
             misses += 1;

@@ -15,20 +15,48 @@ pub struct AtomicOutput {
 impl AtomicOutput {
     fn new(target: &Path, is_dir: bool) -> Result<Self> {
         if target.exists() {
-            return Err(FormatError::io(target, std::io::Error::new(std::io::ErrorKind::AlreadyExists, "already exists; choose another output path")));
+            return Err(FormatError::io(
+                target,
+                std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "already exists; choose another output path",
+                ),
+            ));
         }
-        let name = target
-            .file_name()
-            .ok_or_else(|| FormatError::io(target, std::io::Error::new(std::io::ErrorKind::InvalidInput, "output path has no file name")))?;
-        let parent = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = target.file_name().ok_or_else(|| {
+            FormatError::io(
+                target,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "output path has no file name",
+                ),
+            )
+        })?;
+        let parent = target
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         std::fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, e))?;
-        let tmp = parent.join(format!(".{}.partial-{}", name.to_string_lossy(), std::process::id()));
+        let tmp = parent.join(format!(
+            ".{}.partial-{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
         // A leftover from an earlier crash of a process with the same id.
-        let _ = if tmp.is_dir() { std::fs::remove_dir_all(&tmp) } else { std::fs::remove_file(&tmp) };
+        let _ = if tmp.is_dir() {
+            std::fs::remove_dir_all(&tmp)
+        } else {
+            std::fs::remove_file(&tmp)
+        };
         if is_dir {
             std::fs::create_dir(&tmp).map_err(|e| FormatError::io(&tmp, e))?;
         }
-        Ok(AtomicOutput { target: target.to_path_buf(), tmp, is_dir, committed: false })
+        Ok(AtomicOutput {
+            target: target.to_path_buf(),
+            tmp,
+            is_dir,
+            committed: false,
+        })
     }
 
     /// A single output file (GGUF).
@@ -53,7 +81,10 @@ impl AtomicOutput {
     /// Moves the finished output to its final name.
     pub fn commit(mut self) -> Result<PathBuf> {
         if self.target.exists() {
-            return Err(FormatError::io(&self.target, std::io::Error::new(std::io::ErrorKind::AlreadyExists, "appeared while writing")));
+            return Err(FormatError::io(
+                &self.target,
+                std::io::Error::new(std::io::ErrorKind::AlreadyExists, "appeared while writing"),
+            ));
         }
         std::fs::rename(&self.tmp, &self.target).map_err(|e| FormatError::io(&self.target, e))?;
         self.committed = true;
@@ -64,7 +95,11 @@ impl AtomicOutput {
 impl Drop for AtomicOutput {
     fn drop(&mut self) {
         if !self.committed {
-            let _ = if self.is_dir { std::fs::remove_dir_all(&self.tmp) } else { std::fs::remove_file(&self.tmp) };
+            let _ = if self.is_dir {
+                std::fs::remove_dir_all(&self.tmp)
+            } else {
+                std::fs::remove_file(&self.tmp)
+            };
         }
     }
 }

@@ -26,7 +26,12 @@ fn view_rows<'a>(v: TensorView<'a>) -> SharedRows<'a> {
 fn stored<'a>(v: &TensorView<'a>) -> Option<(DType, Vec<&'a [u8]>)> {
     match v.data {
         TensorData::Plain(b) => Some((v.dtype, vec![b])),
-        TensorData::MlxAffine { weight, scales, biases, scale_dtype } if scale_dtype == MLX_SCALE_DTYPE => Some((v.dtype, vec![weight, scales, biases])),
+        TensorData::MlxAffine {
+            weight,
+            scales,
+            biases,
+            scale_dtype,
+        } if scale_dtype == MLX_SCALE_DTYPE => Some((v.dtype, vec![weight, scales, biases])),
         TensorData::MlxMxfp4 { weight, scales } => Some((v.dtype, vec![weight, scales])),
         _ => None,
     }
@@ -45,8 +50,15 @@ fn arch_of_model_type(t: &str) -> Option<Architecture> {
 }
 
 /// config.json for a GGUF file, from its metadata (the reverse of the writer's mapping).
-fn config_from_gguf(md: &Metadata, vocab: usize, tied: bool, path: &std::path::Path) -> Result<(Architecture, Value)> {
-    let a = md.get_str("general.architecture").ok_or_else(|| FormatError::malformed(path, "general.architecture is missing"))?;
+fn config_from_gguf(
+    md: &Metadata,
+    vocab: usize,
+    tied: bool,
+    path: &std::path::Path,
+) -> Result<(Architecture, Value)> {
+    let a = md
+        .get_str("general.architecture")
+        .ok_or_else(|| FormatError::malformed(path, "general.architecture is missing"))?;
     let k = |key: &str| format!("{a}.{key}");
     let u = |key: &str| md.get_u64(&k(key)).map(|v| v as usize);
     let experts = u("expert_count").filter(|&e| e > 0);
@@ -55,11 +67,24 @@ fn config_from_gguf(md: &Metadata, vocab: usize, tied: bool, path: &std::path::P
         ("llama", None) => Architecture::Llama,
         ("qwen3", _) => Architecture::Qwen3,
         ("gpt-oss", _) => Architecture::GptOss,
-        _ => return Err(FormatError::unsupported(path, format!("converting GGUF architecture '{a}'"))),
+        _ => {
+            return Err(FormatError::unsupported(
+                path,
+                format!("converting GGUF architecture '{a}'"),
+            ))
+        }
     };
-    let hidden = u("embedding_length").ok_or_else(|| FormatError::malformed(path, format!("{} is missing", k("embedding_length"))))?;
-    let heads = u("attention.head_count").filter(|&h| h > 0).ok_or_else(|| FormatError::malformed(path, format!("{} is missing", k("attention.head_count"))))?;
-    let head_dim = u("attention.key_length").or(u("rope.dimension_count")).unwrap_or(hidden / heads);
+    let hidden = u("embedding_length").ok_or_else(|| {
+        FormatError::malformed(path, format!("{} is missing", k("embedding_length")))
+    })?;
+    let heads = u("attention.head_count")
+        .filter(|&h| h > 0)
+        .ok_or_else(|| {
+            FormatError::malformed(path, format!("{} is missing", k("attention.head_count")))
+        })?;
+    let head_dim = u("attention.key_length")
+        .or(u("rope.dimension_count"))
+        .unwrap_or(hidden / heads);
     let layers = u("block_count").unwrap_or(0);
     let theta = md.get_f64(&k("rope.freq_base")).unwrap_or(10000.0);
     let model_type = arch.name();
@@ -80,7 +105,11 @@ fn config_from_gguf(md: &Metadata, vocab: usize, tied: bool, path: &std::path::P
         "rms_norm_eps": md.get_f64(&k("attention.layer_norm_rms_epsilon")).map(|e| (e as f32).to_string().parse::<f64>().unwrap_or(e)).unwrap_or(1e-5),
         "rope_theta": theta, "tie_word_embeddings": tied, "hidden_act": "silu",
     });
-    for (key, gkey) in [("bos_token_id", "tokenizer.ggml.bos_token_id"), ("eos_token_id", "tokenizer.ggml.eos_token_id"), ("pad_token_id", "tokenizer.ggml.padding_token_id")] {
+    for (key, gkey) in [
+        ("bos_token_id", "tokenizer.ggml.bos_token_id"),
+        ("eos_token_id", "tokenizer.ggml.eos_token_id"),
+        ("pad_token_id", "tokenizer.ggml.padding_token_id"),
+    ] {
         if let Some(v) = md.get_u64(gkey) {
             c[key] = json!(v);
         }
@@ -100,7 +129,15 @@ fn config_from_gguf(md: &Metadata, vocab: usize, tied: bool, path: &std::path::P
         c["rope_parameters"] = p;
     }
     if arch == Architecture::GptOss {
-        let types: Vec<&str> = (0..layers).map(|l| if l % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+        let types: Vec<&str> = (0..layers)
+            .map(|l| {
+                if l % 2 == 0 {
+                    "sliding_attention"
+                } else {
+                    "full_attention"
+                }
+            })
+            .collect();
         c["layer_types"] = json!(types);
         c["sliding_window"] = json!(u("attention.sliding_window").unwrap_or(128));
         c["attention_bias"] = json!(true);
@@ -206,10 +243,14 @@ fn read_json(ck: &Checkpoint, name: &str) -> Option<Value> {
 pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
     let path = ck.main_path().to_path_buf();
     let mut tensors: Vec<ModelTensor> = Vec::new();
-    let unsupported = |name: &str| FormatError::unsupported(&path, format!("tensor '{name}' has no known role"));
+    let unsupported =
+        |name: &str| FormatError::unsupported(&path, format!("tensor '{name}' has no known role"));
     let (arch, mut config, companions) = match ck.format {
         Format::Gguf => {
-            let vocab = ck.tensor("token_embd.weight").map(|t| t.shape[0]).ok_or_else(|| FormatError::malformed(&path, "token_embd.weight is missing"))?;
+            let vocab = ck
+                .tensor("token_embd.weight")
+                .map(|t| t.shape[0])
+                .ok_or_else(|| FormatError::malformed(&path, "token_embd.weight is missing"))?;
             let tied = !ck.contains("output.weight");
             let (arch, config) = config_from_gguf(&ck.metadata, vocab, tied, &path)?;
             let c = &config;
@@ -220,7 +261,8 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                 }
                 let id = names::parse_gguf(arch, v.name).ok_or_else(|| unsupported(v.name))?;
                 let shape = v.shape.clone();
-                let permute = names::gguf_permutes_qk(arch) && matches!(id.role, Role::AttnQ | Role::AttnK);
+                let permute =
+                    names::gguf_permutes_qk(arch) && matches!(id.role, Role::AttnQ | Role::AttnK);
                 if permute && hd % 2 == 0 && shape.first().is_some_and(|&r| r % hd == 0) {
                     let row_len = *shape.last().unwrap_or(&1);
                     let vv = v.clone();
@@ -235,19 +277,37 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                     } else {
                         Arc::new(move |first, n, out: &mut [f32]| {
                             for r in 0..n {
-                                dequantize_rows(&vv, gguf_qk_dest_row(first + r, hd), 1, &mut out[r * row_len..(r + 1) * row_len])?;
+                                dequantize_rows(
+                                    &vv,
+                                    gguf_qk_dest_row(first + r, hd),
+                                    1,
+                                    &mut out[r * row_len..(r + 1) * row_len],
+                                )?;
                             }
                             Ok(())
                         })
                     };
-                    tensors.push(ModelTensor { id, shape, rows, stored: None });
+                    tensors.push(ModelTensor {
+                        id,
+                        shape,
+                        rows,
+                        stored: None,
+                    });
                 } else {
-                    tensors.push(ModelTensor { id, shape, stored: stored(&v), rows: view_rows(v) });
+                    tensors.push(ModelTensor {
+                        id,
+                        shape,
+                        stored: stored(&v),
+                        rows: view_rows(v),
+                    });
                 }
             }
             let md = &ck.metadata;
             let mut generation = json!({});
-            for (k, g) in [("bos_token_id", "tokenizer.ggml.bos_token_id"), ("eos_token_id", "tokenizer.ggml.eos_token_id")] {
+            for (k, g) in [
+                ("bos_token_id", "tokenizer.ggml.bos_token_id"),
+                ("eos_token_id", "tokenizer.ggml.eos_token_id"),
+            ] {
                 if let Some(v) = md.get_u64(g) {
                     generation[k] = json!(v);
                 }
@@ -261,19 +321,40 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
             (arch, config, companions)
         }
         Format::Safetensors | Format::Mlx => {
-            let config = ck.config.clone().ok_or_else(|| FormatError::not_a_model(&ck.dir, "config.json is missing"))?;
+            let config = ck
+                .config
+                .clone()
+                .ok_or_else(|| FormatError::not_a_model(&ck.dir, "config.json is missing"))?;
             let mt = config["model_type"].as_str().unwrap_or("");
-            let arch = arch_of_model_type(mt).ok_or_else(|| FormatError::unsupported(ck.dir.join("config.json"), format!("converting model_type '{mt}'")))?;
-            let mut mixtral_experts: BTreeMap<(usize, Role), Vec<(usize, TensorView)>> = BTreeMap::new();
+            let arch = arch_of_model_type(mt).ok_or_else(|| {
+                FormatError::unsupported(
+                    ck.dir.join("config.json"),
+                    format!("converting model_type '{mt}'"),
+                )
+            })?;
+            let mut mixtral_experts: BTreeMap<(usize, Role), Vec<(usize, TensorView)>> =
+                BTreeMap::new();
             for v in ck.tensors() {
                 let name = v.name;
                 if let Some(id) = names::parse_mlx(arch, name) {
-                    tensors.push(ModelTensor { id, shape: v.shape.clone(), stored: stored(&v), rows: view_rows(v) });
+                    tensors.push(ModelTensor {
+                        id,
+                        shape: v.shape.clone(),
+                        stored: stored(&v),
+                        rows: view_rows(v),
+                    });
                     continue;
                 }
-                let layer = name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()).and_then(|l| l.parse::<usize>().ok());
-                let Some(layer) = layer else { return Err(unsupported(name)) };
-                let tail = name.split_once(&format!("model.layers.{layer}.")).map_or("", |x| x.1);
+                let layer = name
+                    .strip_prefix("model.layers.")
+                    .and_then(|r| r.split('.').next())
+                    .and_then(|l| l.parse::<usize>().ok());
+                let Some(layer) = layer else {
+                    return Err(unsupported(name));
+                };
+                let tail = name
+                    .split_once(&format!("model.layers.{layer}."))
+                    .map_or("", |x| x.1);
                 if arch == Architecture::Mixtral {
                     let parts: Vec<&str> = tail.split('.').collect();
                     if let ["block_sparse_moe", "experts", x, w, "weight"] = parts[..] {
@@ -284,7 +365,10 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                             _ => return Err(unsupported(name)),
                         };
                         let x: usize = x.parse().map_err(|_| unsupported(name))?;
-                        mixtral_experts.entry((layer, role)).or_default().push((x, v));
+                        mixtral_experts
+                            .entry((layer, role))
+                            .or_default()
+                            .push((x, v));
                         continue;
                     }
                 }
@@ -295,7 +379,16 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                             let bias = base.ends_with("_bias");
                             for (pick, role) in [(0, Role::ExpGate), (1, Role::ExpUp)] {
                                 let (shape, rows) = gate_up_part(v.clone(), pick);
-                                tensors.push(ModelTensor { id: TensorId { role, layer: Some(layer), bias }, shape, rows, stored: None });
+                                tensors.push(ModelTensor {
+                                    id: TensorId {
+                                        role,
+                                        layer: Some(layer),
+                                        bias,
+                                    },
+                                    shape,
+                                    rows,
+                                    stored: None,
+                                });
                             }
                             continue;
                         }
@@ -306,11 +399,21 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                                 let (s, r) = transposed_down(v.clone());
                                 (s, r, None)
                             };
-                            tensors.push(ModelTensor { id: TensorId::layer(Role::ExpDown, layer), shape, rows, stored });
+                            tensors.push(ModelTensor {
+                                id: TensorId::layer(Role::ExpDown, layer),
+                                shape,
+                                rows,
+                                stored,
+                            });
                             continue;
                         }
                         "mlp.experts.down_proj_bias" => {
-                            tensors.push(ModelTensor { id: TensorId::bias(Role::ExpDown, layer), shape: v.shape.clone(), stored: stored(&v), rows: view_rows(v) });
+                            tensors.push(ModelTensor {
+                                id: TensorId::bias(Role::ExpDown, layer),
+                                shape: v.shape.clone(),
+                                stored: stored(&v),
+                                rows: view_rows(v),
+                            });
                             continue;
                         }
                         _ => {}
@@ -320,13 +423,22 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
             }
             for ((layer, role), mut experts) in mixtral_experts {
                 experts.sort_by_key(|e| e.0);
-                if experts.iter().enumerate().any(|(i, e)| e.0 != i || e.1.shape != experts[0].1.shape || e.1.shape.len() != 2) {
+                if experts.iter().enumerate().any(|(i, e)| {
+                    e.0 != i || e.1.shape != experts[0].1.shape || e.1.shape.len() != 2
+                }) {
                     return Err(FormatError::malformed(&path, format!("layer {layer}: experts of {role:?} are not numbered 0..n with equal shapes")));
                 }
                 let (shape, rows) = stacked(experts.into_iter().map(|e| e.1).collect());
-                tensors.push(ModelTensor { id: TensorId::layer(role, layer), shape, rows, stored: None });
+                tensors.push(ModelTensor {
+                    id: TensorId::layer(role, layer),
+                    shape,
+                    rows,
+                    stored: None,
+                });
             }
-            let chat_template = ck.companion("chat_template.jinja").and_then(|p| std::fs::read_to_string(p).ok());
+            let chat_template = ck
+                .companion("chat_template.jinja")
+                .and_then(|p| std::fs::read_to_string(p).ok());
             let companions = Companions {
                 tokenizer_json: read_json(ck, "tokenizer.json"),
                 tokenizer_config: read_json(ck, "tokenizer_config.json"),
@@ -340,13 +452,33 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
         m.remove("quantization");
         m.remove("quantization_config");
     }
-    tensors.sort_by_key(|t| (t.id.layer.map_or(if t.id.role == Role::TokenEmbd { 0 } else { 2 }, |_| 1), t.id.layer, t.id.role, t.id.bias));
+    tensors.sort_by_key(|t| {
+        (
+            t.id.layer
+                .map_or(if t.id.role == Role::TokenEmbd { 0 } else { 2 }, |_| 1),
+            t.id.layer,
+            t.id.role,
+            t.id.bias,
+        )
+    });
     let name = ck
         .metadata
         .get_str("general.name")
         .map(str::to_string)
-        .or_else(|| config.get("_name_or_path").and_then(Value::as_str).filter(|n| !n.is_empty()).map(str::to_string))
+        .or_else(|| {
+            config
+                .get("_name_or_path")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+        })
         .or_else(|| ck.dir.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "model".into());
-    Ok(Model { name, arch, config, tensors, companions })
+    Ok(Model {
+        name,
+        arch,
+        config,
+        tensors,
+        companions,
+    })
 }

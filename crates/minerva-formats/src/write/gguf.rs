@@ -49,8 +49,14 @@ fn put_value(out: &mut Vec<u8>, v: &MetaValue, key: &str, path: &Path) -> Result
         MetaValue::Array(items) => {
             // An empty array still needs an element type; u32 is what gguf-py reads back.
             let ty = items.first().map_or(4, value_type);
-            if items.iter().any(|i| value_type(i) != ty || matches!(i, MetaValue::Array(_))) {
-                return Err(FormatError::unsupported(path, format!("metadata '{key}': arrays must hold one scalar type")));
+            if items
+                .iter()
+                .any(|i| value_type(i) != ty || matches!(i, MetaValue::Array(_)))
+            {
+                return Err(FormatError::unsupported(
+                    path,
+                    format!("metadata '{key}': arrays must hold one scalar type"),
+                ));
             }
             out.extend_from_slice(&ty.to_le_bytes());
             out.extend_from_slice(&(items.len() as u64).to_le_bytes());
@@ -64,7 +70,12 @@ fn put_value(out: &mut Vec<u8>, v: &MetaValue, key: &str, path: &Path) -> Result
 
 /// Writes a GGUF file at `path` (the caller makes it atomic). Metadata keys are written in the
 /// given order.
-pub fn write_gguf(path: &Path, metadata: &[(String, MetaValue)], tensors: &[OutTensor], progress: Progress) -> Result<()> {
+pub fn write_gguf(
+    path: &Path,
+    metadata: &[(String, MetaValue)],
+    tensors: &[OutTensor],
+    progress: Progress,
+) -> Result<()> {
     let mut head = Vec::new();
     head.extend_from_slice(b"GGUF");
     head.extend_from_slice(&3u32.to_le_bytes());
@@ -79,9 +90,18 @@ pub fn write_gguf(path: &Path, metadata: &[(String, MetaValue)], tensors: &[OutT
     let mut offset = 0u64;
     for t in tensors {
         t.check(path)?;
-        let ggml = t.dtype.ggml_type().ok_or_else(|| FormatError::unsupported(path, format!("tensor '{}': GGUF cannot hold {}", t.name, t.dtype.name())))?;
+        let ggml = t.dtype.ggml_type().ok_or_else(|| {
+            FormatError::unsupported(
+                path,
+                format!("tensor '{}': GGUF cannot hold {}", t.name, t.dtype.name()),
+            )
+        })?;
         put_str(&mut head, &t.name);
-        let dims: Vec<u64> = if t.shape.is_empty() { vec![1] } else { t.shape.iter().rev().map(|&d| d as u64).collect() };
+        let dims: Vec<u64> = if t.shape.is_empty() {
+            vec![1]
+        } else {
+            t.shape.iter().rev().map(|&d| d as u64).collect()
+        };
         head.extend_from_slice(&(dims.len() as u32).to_le_bytes());
         for d in dims {
             head.extend_from_slice(&d.to_le_bytes());
@@ -89,15 +109,30 @@ pub fn write_gguf(path: &Path, metadata: &[(String, MetaValue)], tensors: &[OutT
         head.extend_from_slice(&ggml.to_le_bytes());
         head.extend_from_slice(&offset.to_le_bytes());
         rel.push(offset);
-        let bytes: u64 = t.buffer_bytes().map_or(0, |b| b.iter().sum::<usize>() as u64);
+        let bytes: u64 = t
+            .buffer_bytes()
+            .map_or(0, |b| b.iter().sum::<usize>() as u64);
         offset = (offset + bytes).div_ceil(ALIGNMENT) * ALIGNMENT;
     }
     let data_start = (head.len() as u64).div_ceil(ALIGNMENT) * ALIGNMENT;
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(|e| FormatError::io(path, e))?;
-    file.set_len(data_start + offset).map_err(|e| FormatError::io(path, e))?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| FormatError::io(path, e))?;
+    file.set_len(data_start + offset)
+        .map_err(|e| FormatError::io(path, e))?;
     use std::os::unix::fs::FileExt;
-    file.write_all_at(&head, 0).map_err(|e| FormatError::io(path, e))?;
-    let placed: Vec<Placed> = tensors.iter().zip(rel).map(|(t, r)| Placed { tensor: t, offsets: vec![data_start + r] }).collect();
+    file.write_all_at(&head, 0)
+        .map_err(|e| FormatError::io(path, e))?;
+    let placed: Vec<Placed> = tensors
+        .iter()
+        .zip(rel)
+        .map(|(t, r)| Placed {
+            tensor: t,
+            offsets: vec![data_start + r],
+        })
+        .collect();
     write_data(&file, path, &placed, progress)?;
     file.sync_all().map_err(|e| FormatError::io(path, e))
 }

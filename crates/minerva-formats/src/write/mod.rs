@@ -43,8 +43,19 @@ pub struct OutTensor<'a> {
 }
 
 impl<'a> OutTensor<'a> {
-    pub fn new(name: impl Into<String>, shape: Vec<usize>, dtype: DType, source: Source<'a>) -> Self {
-        OutTensor { name: name.into(), shape, dtype, source, align_rows: 1 }
+    pub fn new(
+        name: impl Into<String>,
+        shape: Vec<usize>,
+        dtype: DType,
+        source: Source<'a>,
+    ) -> Self {
+        OutTensor {
+            name: name.into(),
+            shape,
+            dtype,
+            source,
+            align_rows: 1,
+        }
     }
 
     pub fn row_len(&self) -> usize {
@@ -68,12 +79,28 @@ impl<'a> OutTensor<'a> {
 
     /// Checks that the dtype can hold the shape and that stored bytes have the right sizes.
     pub fn check(&self, path: &Path) -> Result<()> {
-        let bad = |what: String| FormatError::unsupported(path, format!("tensor '{}': {what}", self.name));
-        let sizes = self.buffer_bytes().ok_or_else(|| bad(format!("shape {:?} cannot be stored as {}", self.shape, self.dtype.name())))?;
+        let bad = |what: String| {
+            FormatError::unsupported(path, format!("tensor '{}': {what}", self.name))
+        };
+        let sizes = self.buffer_bytes().ok_or_else(|| {
+            bad(format!(
+                "shape {:?} cannot be stored as {}",
+                self.shape,
+                self.dtype.name()
+            ))
+        })?;
         match &self.source {
-            Source::Rows(_) if !quantize::can_encode(self.dtype) => Err(bad(format!("no encoder for {}", self.dtype.name()))),
-            Source::Stored(b) if b.len() != sizes.len() || b.iter().zip(&sizes).any(|(s, &n)| s.len() != n) => {
-                Err(bad(format!("stored bytes do not match shape {:?} as {}", self.shape, self.dtype.name())))
+            Source::Rows(_) if !quantize::can_encode(self.dtype) => {
+                Err(bad(format!("no encoder for {}", self.dtype.name())))
+            }
+            Source::Stored(b)
+                if b.len() != sizes.len() || b.iter().zip(&sizes).any(|(s, &n)| s.len() != n) =>
+            {
+                Err(bad(format!(
+                    "stored bytes do not match shape {:?} as {}",
+                    self.shape,
+                    self.dtype.name()
+                )))
             }
             _ => Ok(()),
         }

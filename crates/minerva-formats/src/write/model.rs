@@ -68,7 +68,8 @@ impl MlxQuant {
         }
         let bits: u8 = quant.trim_end_matches("bit").parse().ok()?;
         let group = group.unwrap_or(64);
-        ([2, 3, 4, 5, 6, 8].contains(&bits) && [32, 64, 128].contains(&group)).then_some(MlxQuant::Affine { bits, group })
+        ([2, 3, 4, 5, 6, 8].contains(&bits) && [32, 64, 128].contains(&group))
+            .then_some(MlxQuant::Affine { bits, group })
     }
 
     /// Folder-name suffix: `4bit`, `mxfp4`.
@@ -114,20 +115,40 @@ struct Heads {
 }
 
 fn heads(c: &Value, path: &Path) -> Result<Heads> {
-    let need = |k: &str| cfg_usize(c, k).filter(|&v| v > 0).ok_or_else(|| FormatError::malformed(path, format!("config.json: '{k}' is missing")));
+    let need = |k: &str| {
+        cfg_usize(c, k)
+            .filter(|&v| v > 0)
+            .ok_or_else(|| FormatError::malformed(path, format!("config.json: '{k}' is missing")))
+    };
     let n_head = need("num_attention_heads")?;
     let hidden = need("hidden_size")?;
-    Ok(Heads { n_head, n_kv: cfg_usize(c, "num_key_value_heads").unwrap_or(n_head), head_dim: cfg_usize(c, "head_dim").unwrap_or(hidden / n_head) })
+    Ok(Heads {
+        n_head,
+        n_kv: cfg_usize(c, "num_key_value_heads").unwrap_or(n_head),
+        head_dim: cfg_usize(c, "head_dim").unwrap_or(hidden / n_head),
+    })
 }
 
 /// The rope theta and scaling block, from either transformers 5's `rope_parameters` or the
 /// older top-level keys.
 fn rope(c: &Value) -> (f64, Option<Value>) {
     let p = c.get("rope_parameters").filter(|v| v.is_object());
-    let theta = p.and_then(|p| cfg_f64(p, "rope_theta")).or_else(|| cfg_f64(c, "rope_theta")).unwrap_or(10000.0);
-    let scaling = c.get("rope_scaling").filter(|v| v.is_object()).cloned().or_else(|| {
-        p.filter(|p| p.get("rope_type").and_then(Value::as_str).is_some_and(|t| t != "default")).cloned()
-    });
+    let theta = p
+        .and_then(|p| cfg_f64(p, "rope_theta"))
+        .or_else(|| cfg_f64(c, "rope_theta"))
+        .unwrap_or(10000.0);
+    let scaling = c
+        .get("rope_scaling")
+        .filter(|v| v.is_object())
+        .cloned()
+        .or_else(|| {
+            p.filter(|p| {
+                p.get("rope_type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t != "default")
+            })
+            .cloned()
+        });
     (theta, scaling)
 }
 
@@ -145,7 +166,11 @@ pub fn gguf_qk_dest_row(row: usize, head_dim: usize) -> usize {
 }
 
 /// Rows gathered one by one through a row map (`out row → source row`).
-fn remapped<'a>(src: SharedRows<'a>, row_len: usize, map: impl Fn(usize) -> usize + Send + Sync + 'a) -> RowFn<'a> {
+fn remapped<'a>(
+    src: SharedRows<'a>,
+    row_len: usize,
+    map: impl Fn(usize) -> usize + Send + Sync + 'a,
+) -> RowFn<'a> {
     Box::new(move |first, n, out| {
         for r in 0..n {
             src(map(first + r), 1, &mut out[r * row_len..(r + 1) * row_len])?;
@@ -155,7 +180,11 @@ fn remapped<'a>(src: SharedRows<'a>, row_len: usize, map: impl Fn(usize) -> usiz
 }
 
 /// A 1-D tensor with its elements permuted (`out element → source element`).
-fn permuted_vector<'a>(src: SharedRows<'a>, len: usize, map: impl Fn(usize) -> usize + Send + Sync + 'a) -> RowFn<'a> {
+fn permuted_vector<'a>(
+    src: SharedRows<'a>,
+    len: usize,
+    map: impl Fn(usize) -> usize + Send + Sync + 'a,
+) -> RowFn<'a> {
     Box::new(move |_, _, out| {
         let mut all = vec![0f32; len];
         src(0, 1, &mut all)?;
@@ -224,7 +253,12 @@ fn llama3_rope_factors(scaling: &Value, theta: f64, dim: usize) -> Vec<f32> {
 
 /// A target from a format name and `--quant` / `--group-size` (None: each format's default:
 /// GGUF f16, SafeTensors bf16, MLX 4-bit).
-pub fn parse_target(model: &Model, format: &str, quant: Option<&str>, group: Option<u16>) -> std::result::Result<Target, String> {
+pub fn parse_target(
+    model: &Model,
+    format: &str,
+    quant: Option<&str>,
+    group: Option<u16>,
+) -> std::result::Result<Target, String> {
     let n_layers = cfg_usize(&model.config, "num_hidden_layers").unwrap_or(0);
     let moe = model.tensors.iter().any(|t| t.id.role == Role::ExpGate);
     match format.to_ascii_lowercase().as_str() {
@@ -232,13 +266,20 @@ pub fn parse_target(model: &Model, format: &str, quant: Option<&str>, group: Opt
             let q = quant.unwrap_or("f16");
             crate::quantize::policy::gguf_policy(q, n_layers, model.tied(), moe)
                 .map(Target::Gguf)
-                .ok_or_else(|| format!("unknown GGUF quant '{q}' (one of: {})", crate::quantize::policy::GGUF_QUANTS))
+                .ok_or_else(|| {
+                    format!(
+                        "unknown GGUF quant '{q}' (one of: {})",
+                        crate::quantize::policy::GGUF_QUANTS
+                    )
+                })
         }
         "safetensors" | "hf" => match quant.unwrap_or("bf16").to_ascii_lowercase().as_str() {
             "f32" => Ok(Target::Safetensors(DType::F32)),
             "f16" => Ok(Target::Safetensors(DType::F16)),
             "bf16" => Ok(Target::Safetensors(DType::BF16)),
-            q => Err(format!("unknown SafeTensors dtype '{q}' (one of: f32 f16 bf16)")),
+            q => Err(format!(
+                "unknown SafeTensors dtype '{q}' (one of: f32 f16 bf16)"
+            )),
         },
         "mlx" => {
             let q = quant.unwrap_or("4");
@@ -266,21 +307,50 @@ impl<'a> Model<'a> {
             None => None,
         };
         let gen = self.companions.generation_config.as_ref();
-        let pick = |k: &str| first(self.config.get(k)).or_else(|| first(gen.and_then(|g| g.get(k)))).map(|v| v as u32);
-        let add_bos = self.companions.tokenizer_config.as_ref().and_then(|t| t.get("add_bos_token")).and_then(Value::as_bool).unwrap_or(false);
+        let pick = |k: &str| {
+            first(self.config.get(k))
+                .or_else(|| first(gen.and_then(|g| g.get(k))))
+                .map(|v| v as u32)
+        };
+        let add_bos = self
+            .companions
+            .tokenizer_config
+            .as_ref()
+            .and_then(|t| t.get("add_bos_token"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         // The unknown token is named in tokenizer_config.json; its id is in tokenizer.json.
-        let unk = self.companions.tokenizer_config.as_ref().and_then(|t| t.get("unk_token")).and_then(Value::as_str).and_then(|u| {
-            let tj = self.companions.tokenizer_json.as_ref()?;
-            tj["model"]["vocab"].get(u).and_then(Value::as_u64).map(|v| v as u32)
-        });
-        SpecialIds { bos: pick("bos_token_id"), eos: pick("eos_token_id"), pad: pick("pad_token_id"), unk, add_bos }
+        let unk = self
+            .companions
+            .tokenizer_config
+            .as_ref()
+            .and_then(|t| t.get("unk_token"))
+            .and_then(Value::as_str)
+            .and_then(|u| {
+                let tj = self.companions.tokenizer_json.as_ref()?;
+                tj["model"]["vocab"]
+                    .get(u)
+                    .and_then(Value::as_u64)
+                    .map(|v| v as u32)
+            });
+        SpecialIds {
+            bos: pick("bos_token_id"),
+            eos: pick("eos_token_id"),
+            pad: pick("pad_token_id"),
+            unk,
+            add_bos,
+        }
     }
 
     fn chat_template(&self) -> Option<String> {
-        self.companions
-            .chat_template
-            .clone()
-            .or_else(|| self.companions.tokenizer_config.as_ref()?.get("chat_template")?.as_str().map(str::to_string))
+        self.companions.chat_template.clone().or_else(|| {
+            self.companions
+                .tokenizer_config
+                .as_ref()?
+                .get("chat_template")?
+                .as_str()
+                .map(str::to_string)
+        })
     }
 
     /// GGUF metadata: general.*, the architecture's hyperparameters, the tokenizer.
@@ -293,19 +363,31 @@ impl<'a> Model<'a> {
             ("general.architecture".into(), MetaValue::String(a.into())),
             ("general.type".into(), MetaValue::String("model".into())),
             ("general.name".into(), MetaValue::String(self.name.clone())),
-            ("general.file_type".into(), MetaValue::U32(gguf_file_type(policy))),
+            (
+                "general.file_type".into(),
+                MetaValue::U32(gguf_file_type(policy)),
+            ),
             ("general.quantization_version".into(), MetaValue::U32(2)),
         ];
         let mut put = |k: &str, v: MetaValue| kv.push((format!("{a}.{k}"), v));
         let u = |k: &str| cfg_usize(c, k).unwrap_or(0) as u32;
         put("block_count", MetaValue::U32(u("num_hidden_layers")));
-        put("context_length", MetaValue::U32(u("max_position_embeddings")));
+        put(
+            "context_length",
+            MetaValue::U32(u("max_position_embeddings")),
+        );
         put("embedding_length", MetaValue::U32(u("hidden_size")));
-        put("feed_forward_length", MetaValue::U32(u("intermediate_size")));
+        put(
+            "feed_forward_length",
+            MetaValue::U32(u("intermediate_size")),
+        );
         put("attention.head_count", MetaValue::U32(h.n_head as u32));
         put("attention.head_count_kv", MetaValue::U32(h.n_kv as u32));
         put("rope.freq_base", MetaValue::F32(theta as f32));
-        put("attention.layer_norm_rms_epsilon", MetaValue::F32(cfg_f64(c, "rms_norm_eps").unwrap_or(1e-5) as f32));
+        put(
+            "attention.layer_norm_rms_epsilon",
+            MetaValue::F32(cfg_f64(c, "rms_norm_eps").unwrap_or(1e-5) as f32),
+        );
         if a == "llama" {
             put("vocab_size", MetaValue::U32(self.vocab_size() as u32));
             put("rope.dimension_count", MetaValue::U32(h.head_dim as u32));
@@ -314,23 +396,56 @@ impl<'a> Model<'a> {
         put("attention.value_length", MetaValue::U32(h.head_dim as u32));
         if let Some(n) = cfg_usize(c, "num_local_experts").or_else(|| cfg_usize(c, "num_experts")) {
             put("expert_count", MetaValue::U32(n as u32));
-            put("expert_used_count", MetaValue::U32(u("num_experts_per_tok")));
+            put(
+                "expert_used_count",
+                MetaValue::U32(u("num_experts_per_tok")),
+            );
         }
         if self.arch == Architecture::GptOss {
-            put("expert_feed_forward_length", MetaValue::U32(u("intermediate_size")));
-            put("attention.sliding_window", MetaValue::U32(u("sliding_window")));
+            put(
+                "expert_feed_forward_length",
+                MetaValue::U32(u("intermediate_size")),
+            );
+            put(
+                "attention.sliding_window",
+                MetaValue::U32(u("sliding_window")),
+            );
         }
         if let Some(s) = &scaling {
-            if s.get("rope_type").or_else(|| s.get("type")).and_then(Value::as_str) == Some("yarn") {
+            if s.get("rope_type")
+                .or_else(|| s.get("type"))
+                .and_then(Value::as_str)
+                == Some("yarn")
+            {
                 put("rope.scaling.type", MetaValue::String("yarn".into()));
-                put("rope.scaling.factor", MetaValue::F32(cfg_f64(s, "factor").unwrap_or(1.0) as f32));
-                put("rope.scaling.original_context_length", MetaValue::U32(cfg_usize(s, "original_max_position_embeddings").unwrap_or(0) as u32));
-                put("rope.scaling.yarn_beta_fast", MetaValue::F32(cfg_f64(s, "beta_fast").unwrap_or(32.0) as f32));
-                put("rope.scaling.yarn_beta_slow", MetaValue::F32(cfg_f64(s, "beta_slow").unwrap_or(1.0) as f32));
+                put(
+                    "rope.scaling.factor",
+                    MetaValue::F32(cfg_f64(s, "factor").unwrap_or(1.0) as f32),
+                );
+                put(
+                    "rope.scaling.original_context_length",
+                    MetaValue::U32(
+                        cfg_usize(s, "original_max_position_embeddings").unwrap_or(0) as u32,
+                    ),
+                );
+                put(
+                    "rope.scaling.yarn_beta_fast",
+                    MetaValue::F32(cfg_f64(s, "beta_fast").unwrap_or(32.0) as f32),
+                );
+                put(
+                    "rope.scaling.yarn_beta_slow",
+                    MetaValue::F32(cfg_f64(s, "beta_slow").unwrap_or(1.0) as f32),
+                );
             }
         }
         if let Some(t) = &self.companions.tokenizer_json {
-            kv.extend(gguf_tokenizer_kv(t, self.vocab_size(), &self.special_ids(), self.chat_template().as_deref(), path)?);
+            kv.extend(gguf_tokenizer_kv(
+                t,
+                self.vocab_size(),
+                &self.special_ids(),
+                self.chat_template().as_deref(),
+                path,
+            )?);
         }
         Ok(kv)
     }
@@ -342,17 +457,33 @@ impl<'a> Model<'a> {
         let permute = names::gguf_permutes_qk(self.arch);
         let mut out = Vec::new();
         let (theta, scaling) = rope(&self.config);
-        if let Some(s) = scaling.filter(|s| s.get("rope_type").or_else(|| s.get("type")).and_then(Value::as_str) == Some("llama3")) {
+        if let Some(s) = scaling.filter(|s| {
+            s.get("rope_type")
+                .or_else(|| s.get("type"))
+                .and_then(Value::as_str)
+                == Some("llama3")
+        }) {
             let f = llama3_rope_factors(&s, theta, h.head_dim);
             let n = f.len();
-            out.push(OutTensor::new("rope_freqs.weight", vec![n], DType::F32, Source::Rows(Box::new(move |_, _, o: &mut [f32]| {
-                o.copy_from_slice(&f);
-                Ok(())
-            }))));
+            out.push(OutTensor::new(
+                "rope_freqs.weight",
+                vec![n],
+                DType::F32,
+                Source::Rows(Box::new(move |_, _, o: &mut [f32]| {
+                    o.copy_from_slice(&f);
+                    Ok(())
+                })),
+            ));
         }
         for t in &self.tensors {
-            let name = names::gguf_name(self.arch, t.id).ok_or_else(|| FormatError::unsupported(path, format!("no GGUF name for {:?}", t.id)))?;
-            let dtype = if t.shape.len() < 2 { DType::F32 } else { fit_row(policy.choose(t.id), t.row_len()) };
+            let name = names::gguf_name(self.arch, t.id).ok_or_else(|| {
+                FormatError::unsupported(path, format!("no GGUF name for {:?}", t.id))
+            })?;
+            let dtype = if t.shape.len() < 2 {
+                DType::F32
+            } else {
+                fit_row(policy.choose(t.id), t.row_len())
+            };
             let qk_heads = match t.id.role {
                 Role::AttnQ if permute => Some(h.n_head),
                 Role::AttnK if permute => Some(h.n_kv),
@@ -360,8 +491,14 @@ impl<'a> Model<'a> {
             };
             let d = h.head_dim;
             let source = match (qk_heads, &t.stored) {
-                (Some(_), _) if t.id.bias => Source::Rows(permuted_vector(t.rows.clone(), t.shape[0], move |i| gguf_qk_source_row(i, d))),
-                (Some(_), _) => Source::Rows(remapped(t.rows.clone(), t.row_len(), move |r| gguf_qk_source_row(r, d))),
+                (Some(_), _) if t.id.bias => {
+                    Source::Rows(permuted_vector(t.rows.clone(), t.shape[0], move |i| {
+                        gguf_qk_source_row(i, d)
+                    }))
+                }
+                (Some(_), _) => Source::Rows(remapped(t.rows.clone(), t.row_len(), move |r| {
+                    gguf_qk_source_row(r, d)
+                })),
                 (None, Some((sd, bufs))) if *sd == dtype => Source::Stored(bufs.clone()),
                 _ => Source::Rows(plain(&t.rows)),
             };
@@ -377,11 +514,17 @@ impl<'a> Model<'a> {
             Some((sd, bufs)) if *sd == dtype => Source::Stored(bufs.clone()),
             _ => Source::Rows(plain(&t.rows)),
         };
-        let find = |role: Role, layer: Option<usize>, bias: bool| self.tensors.iter().find(|t| t.id == TensorId { role, layer, bias });
+        let find = |role: Role, layer: Option<usize>, bias: bool| {
+            self.tensors
+                .iter()
+                .find(|t| t.id == TensorId { role, layer, bias })
+        };
         for t in &self.tensors {
             let is_expert = matches!(t.id.role, Role::ExpGate | Role::ExpUp | Role::ExpDown);
             if !is_expert {
-                let name = names::hf_name(self.arch, t.id).ok_or_else(|| FormatError::unsupported(path, format!("no Hugging Face name for {:?}", t.id)))?;
+                let name = names::hf_name(self.arch, t.id).ok_or_else(|| {
+                    FormatError::unsupported(path, format!("no Hugging Face name for {:?}", t.id))
+                })?;
                 out.push(OutTensor::new(name, t.shape.clone(), dtype, keep(t)));
                 continue;
             }
@@ -390,31 +533,68 @@ impl<'a> Model<'a> {
                 let base = format!("model.layers.{layer}.mlp.experts");
                 match (t.id.role, t.id.bias) {
                     (Role::ExpGate, false) => {
-                        let up = find(Role::ExpUp, t.id.layer, false).ok_or_else(|| FormatError::malformed(path, "gpt-oss experts: gate without up"))?;
+                        let up = find(Role::ExpUp, t.id.layer, false).ok_or_else(|| {
+                            FormatError::malformed(path, "gpt-oss experts: gate without up")
+                        })?;
                         let (e, f, hidden) = (t.shape[0], t.shape[1], t.shape[2]);
-                        let mut ot = OutTensor::new(format!("{base}.gate_up_proj"), vec![e, hidden, 2 * f], dtype, Source::Rows(fused_gate_up(t.rows.clone(), up.rows.clone(), f, hidden)));
+                        let mut ot = OutTensor::new(
+                            format!("{base}.gate_up_proj"),
+                            vec![e, hidden, 2 * f],
+                            dtype,
+                            Source::Rows(fused_gate_up(t.rows.clone(), up.rows.clone(), f, hidden)),
+                        );
                         ot.align_rows = hidden;
                         out.push(ot);
                     }
                     (Role::ExpGate, true) => {
-                        let up = find(Role::ExpUp, t.id.layer, true).ok_or_else(|| FormatError::malformed(path, "gpt-oss experts: gate bias without up bias"))?;
+                        let up = find(Role::ExpUp, t.id.layer, true).ok_or_else(|| {
+                            FormatError::malformed(
+                                path,
+                                "gpt-oss experts: gate bias without up bias",
+                            )
+                        })?;
                         let (e, f) = (t.shape[0], t.shape[1]);
-                        out.push(OutTensor::new(format!("{base}.gate_up_proj_bias"), vec![e, 2 * f], dtype, Source::Rows(interleaved(t.rows.clone(), up.rows.clone(), f))));
+                        out.push(OutTensor::new(
+                            format!("{base}.gate_up_proj_bias"),
+                            vec![e, 2 * f],
+                            dtype,
+                            Source::Rows(interleaved(t.rows.clone(), up.rows.clone(), f)),
+                        ));
                     }
                     (Role::ExpDown, false) => {
                         let (e, hidden, f) = (t.shape[0], t.shape[1], t.shape[2]);
-                        let mut ot = OutTensor::new(format!("{base}.down_proj"), vec![e, f, hidden], dtype, Source::Rows(transposed(t.rows.clone(), hidden, f)));
+                        let mut ot = OutTensor::new(
+                            format!("{base}.down_proj"),
+                            vec![e, f, hidden],
+                            dtype,
+                            Source::Rows(transposed(t.rows.clone(), hidden, f)),
+                        );
                         ot.align_rows = f;
                         out.push(ot);
                     }
-                    (Role::ExpDown, true) => out.push(OutTensor::new(format!("{base}.down_proj_bias"), t.shape.clone(), dtype, keep(t))),
+                    (Role::ExpDown, true) => out.push(OutTensor::new(
+                        format!("{base}.down_proj_bias"),
+                        t.shape.clone(),
+                        dtype,
+                        keep(t),
+                    )),
                     _ => {}
                 }
             } else {
                 let (e, rows) = (t.shape[0], t.shape[1]);
                 for x in 0..e {
-                    let name = names::hf_mixtral_expert(layer, t.id.role, x).ok_or_else(|| FormatError::unsupported(path, format!("no Hugging Face name for {:?}", t.id)))?;
-                    out.push(OutTensor::new(name, t.shape[1..].to_vec(), dtype, Source::Rows(rows_offset(&t.rows, x * rows))));
+                    let name = names::hf_mixtral_expert(layer, t.id.role, x).ok_or_else(|| {
+                        FormatError::unsupported(
+                            path,
+                            format!("no Hugging Face name for {:?}", t.id),
+                        )
+                    })?;
+                    out.push(OutTensor::new(
+                        name,
+                        t.shape[1..].to_vec(),
+                        dtype,
+                        Source::Rows(rows_offset(&t.rows, x * rows)),
+                    ));
                 }
             }
         }
@@ -424,13 +604,21 @@ impl<'a> Model<'a> {
     /// MLX tensors and the config's quantization block.
     fn mlx_tensors(&self, q: MlxQuant, path: &Path) -> Result<(Vec<OutTensor<'a>>, Value)> {
         let (dtype, block) = match q {
-            MlxQuant::Affine { bits, group } => (DType::MlxAffine { bits, group }, json!({"group_size": group, "bits": bits, "mode": "affine"})),
-            MlxQuant::Mxfp4 => (DType::MlxMxfp4, json!({"group_size": 32, "bits": 4, "mode": "mxfp4"})),
+            MlxQuant::Affine { bits, group } => (
+                DType::MlxAffine { bits, group },
+                json!({"group_size": group, "bits": bits, "mode": "affine"}),
+            ),
+            MlxQuant::Mxfp4 => (
+                DType::MlxMxfp4,
+                json!({"group_size": 32, "bits": 4, "mode": "mxfp4"}),
+            ),
         };
         let mut block = block;
         let mut out = Vec::new();
         for t in &self.tensors {
-            let name = names::mlx_name(self.arch, t.id).ok_or_else(|| FormatError::unsupported(path, format!("no MLX name for {:?}", t.id)))?;
+            let name = names::mlx_name(self.arch, t.id).ok_or_else(|| {
+                FormatError::unsupported(path, format!("no MLX name for {:?}", t.id))
+            })?;
             let module = name.strip_suffix(".weight").unwrap_or(&name).to_string();
             let want = if !t.id.is_matrix() || t.shape.len() < 2 {
                 DType::BF16
@@ -467,7 +655,10 @@ impl<'a> Model<'a> {
         let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
         put("config.json", pretty(config))?;
         if let Some(t) = &self.companions.tokenizer_json {
-            put("tokenizer.json", serde_json::to_string(t).unwrap_or_default())?;
+            put(
+                "tokenizer.json",
+                serde_json::to_string(t).unwrap_or_default(),
+            )?;
         }
         let mut tc = self.companions.tokenizer_config.clone();
         if let Some(t) = self.chat_template() {
@@ -491,8 +682,21 @@ impl<'a> Model<'a> {
     }
 
     /// As `write`, first telling `total` how many tensor bytes will be written.
-    pub fn write_sized(&self, target: &Target, out: &Path, progress: Progress, total: &dyn Fn(u64)) -> Result<PathBuf> {
-        let sum = |ts: &[OutTensor]| ts.iter().map(|t| t.buffer_bytes().map_or(0, |b| b.iter().sum::<usize>() as u64)).sum::<u64>();
+    pub fn write_sized(
+        &self,
+        target: &Target,
+        out: &Path,
+        progress: Progress,
+        total: &dyn Fn(u64),
+    ) -> Result<PathBuf> {
+        let sum = |ts: &[OutTensor]| {
+            ts.iter()
+                .map(|t| {
+                    t.buffer_bytes()
+                        .map_or(0, |b| b.iter().sum::<usize>() as u64)
+                })
+                .sum::<u64>()
+        };
         match target {
             Target::Gguf(policy) => {
                 let meta = self.gguf_metadata(policy, out)?;
@@ -514,7 +718,14 @@ impl<'a> Model<'a> {
                 config["dtype"] = json!(name);
                 config["tie_word_embeddings"] = json!(self.tied());
                 let o = AtomicOutput::dir(out)?;
-                write_safetensors(o.path(), &tensors, DEFAULT_SHARD_BYTES, "pt", false, progress)?;
+                write_safetensors(
+                    o.path(),
+                    &tensors,
+                    DEFAULT_SHARD_BYTES,
+                    "pt",
+                    false,
+                    progress,
+                )?;
                 self.write_companions(o.path(), &config)?;
                 o.commit()
             }
@@ -526,7 +737,14 @@ impl<'a> Model<'a> {
                 config["quantization_config"] = block;
                 config["tie_word_embeddings"] = json!(self.tied());
                 let o = AtomicOutput::dir(out)?;
-                write_safetensors(o.path(), &tensors, DEFAULT_SHARD_BYTES, "mlx", true, progress)?;
+                write_safetensors(
+                    o.path(),
+                    &tensors,
+                    DEFAULT_SHARD_BYTES,
+                    "mlx",
+                    true,
+                    progress,
+                )?;
                 self.write_companions(o.path(), &config)?;
                 o.commit()
             }
@@ -536,7 +754,12 @@ impl<'a> Model<'a> {
 
 /// gpt-oss `gate_up_proj` rows (expert e, input h) from canonical gate/up [E, F, hidden]:
 /// gate in even and up in odd columns, transposed.
-fn fused_gate_up<'a>(gate: SharedRows<'a>, up: SharedRows<'a>, f: usize, hidden: usize) -> RowFn<'a> {
+fn fused_gate_up<'a>(
+    gate: SharedRows<'a>,
+    up: SharedRows<'a>,
+    f: usize,
+    hidden: usize,
+) -> RowFn<'a> {
     Box::new(move |first, n, out| {
         let (mut g, mut u) = (vec![0f32; f * hidden], vec![0f32; f * hidden]);
         for e in first / hidden..(first + n) / hidden {

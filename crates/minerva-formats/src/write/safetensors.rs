@@ -38,7 +38,15 @@ fn entries(t: &OutTensor, path: &Path) -> Result<Vec<(String, &'static str, Vec<
     let with_last = |n: usize| lead.iter().copied().chain([n]).collect::<Vec<_>>();
     let row = t.row_len();
     let base = || {
-        t.name.strip_suffix(".weight").ok_or_else(|| FormatError::unsupported(path, format!("tensor '{}': a packed MLX tensor must be named X.weight", t.name)))
+        t.name.strip_suffix(".weight").ok_or_else(|| {
+            FormatError::unsupported(
+                path,
+                format!(
+                    "tensor '{}': a packed MLX tensor must be named X.weight",
+                    t.name
+                ),
+            )
+        })
     };
     let scale = st_dtype(MLX_SCALE_DTYPE).unwrap_or("BF16");
     Ok(match t.dtype {
@@ -53,10 +61,18 @@ fn entries(t: &OutTensor, path: &Path) -> Result<Vec<(String, &'static str, Vec<
         }
         DType::MlxMxfp4 => {
             let b = base()?;
-            vec![(t.name.clone(), "U32", with_last(row / 8)), (format!("{b}.scales"), "U8", with_last(row / 32))]
+            vec![
+                (t.name.clone(), "U32", with_last(row / 8)),
+                (format!("{b}.scales"), "U8", with_last(row / 32)),
+            ]
         }
         d => {
-            let s = st_dtype(d).ok_or_else(|| FormatError::unsupported(path, format!("tensor '{}': SafeTensors cannot hold {}", t.name, d.name())))?;
+            let s = st_dtype(d).ok_or_else(|| {
+                FormatError::unsupported(
+                    path,
+                    format!("tensor '{}': SafeTensors cannot hold {}", t.name, d.name()),
+                )
+            })?;
             vec![(t.name.clone(), s, t.shape.clone())]
         }
     })
@@ -70,7 +86,14 @@ pub struct Written {
 
 /// Writes the tensors into `dir` (which exists). `format` goes into the header metadata
 /// (`pt` for Hugging Face, `mlx` for MLX); `always_index` writes the index even for one file.
-pub fn write_safetensors(dir: &Path, tensors: &[OutTensor], shard_bytes: u64, format: &str, always_index: bool, progress: Progress) -> Result<Written> {
+pub fn write_safetensors(
+    dir: &Path,
+    tensors: &[OutTensor],
+    shard_bytes: u64,
+    format: &str,
+    always_index: bool,
+    progress: Progress,
+) -> Result<Written> {
     let mut sizes = Vec::with_capacity(tensors.len());
     for t in tensors {
         t.check(dir)?;
@@ -92,7 +115,11 @@ pub fn write_safetensors(dir: &Path, tensors: &[OutTensor], shard_bytes: u64, fo
     let mut weight_map = Map::new();
     let total: u64 = sizes.iter().sum();
     for (k, shard) in shards.iter().enumerate() {
-        let fname = if n == 1 { "model.safetensors".to_string() } else { format!("model-{:05}-of-{n:05}.safetensors", k + 1) };
+        let fname = if n == 1 {
+            "model.safetensors".to_string()
+        } else {
+            format!("model-{:05}-of-{n:05}.safetensors", k + 1)
+        };
         let path = dir.join(&fname);
         let mut header = Map::new();
         header.insert("__metadata__".into(), json!({ "format": format }));
@@ -101,7 +128,10 @@ pub fn write_safetensors(dir: &Path, tensors: &[OutTensor], shard_bytes: u64, fo
         for &i in shard {
             let t = &tensors[i];
             let mut offs = Vec::new();
-            for ((name, dtype, shape), len) in entries(t, &path)?.into_iter().zip(t.buffer_bytes().unwrap_or_default()) {
+            for ((name, dtype, shape), len) in entries(t, &path)?
+                .into_iter()
+                .zip(t.buffer_bytes().unwrap_or_default())
+            {
                 header.insert(name.clone(), json!({ "dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len as u64] }));
                 weight_map.insert(name, Value::String(fname.clone()));
                 offs.push(offset);
@@ -109,20 +139,30 @@ pub fn write_safetensors(dir: &Path, tensors: &[OutTensor], shard_bytes: u64, fo
             }
             rel.push((i, offs));
         }
-        let mut text = serde_json::to_vec(&Value::Object(header)).map_err(|e| FormatError::malformed(&path, e.to_string()))?;
+        let mut text = serde_json::to_vec(&Value::Object(header))
+            .map_err(|e| FormatError::malformed(&path, e.to_string()))?;
         while text.len() % 8 != 0 {
             text.push(b' ');
         }
         let data_start = 8 + text.len() as u64;
-        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path).map_err(|e| FormatError::io(&path, e))?;
-        file.set_len(data_start + offset).map_err(|e| FormatError::io(&path, e))?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| FormatError::io(&path, e))?;
+        file.set_len(data_start + offset)
+            .map_err(|e| FormatError::io(&path, e))?;
         use std::os::unix::fs::FileExt;
         let mut head = (text.len() as u64).to_le_bytes().to_vec();
         head.extend_from_slice(&text);
-        file.write_all_at(&head, 0).map_err(|e| FormatError::io(&path, e))?;
+        file.write_all_at(&head, 0)
+            .map_err(|e| FormatError::io(&path, e))?;
         let placed: Vec<Placed> = rel
             .into_iter()
-            .map(|(i, offs)| Placed { tensor: &tensors[i], offsets: offs.into_iter().map(|o| o + data_start).collect() })
+            .map(|(i, offs)| Placed {
+                tensor: &tensors[i],
+                offsets: offs.into_iter().map(|o| o + data_start).collect(),
+            })
             .collect();
         write_data(&file, &path, &placed, progress)?;
         file.sync_all().map_err(|e| FormatError::io(&path, e))?;
@@ -131,8 +171,12 @@ pub fn write_safetensors(dir: &Path, tensors: &[OutTensor], shard_bytes: u64, fo
     if n > 1 || always_index {
         let index = json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
         let path = dir.join("model.safetensors.index.json");
-        let text = serde_json::to_string_pretty(&index).map_err(|e| FormatError::malformed(&path, e.to_string()))?;
+        let text = serde_json::to_string_pretty(&index)
+            .map_err(|e| FormatError::malformed(&path, e.to_string()))?;
         std::fs::write(&path, text).map_err(|e| FormatError::io(&path, e))?;
     }
-    Ok(Written { files, total_bytes: total })
+    Ok(Written {
+        files,
+        total_bytes: total,
+    })
 }

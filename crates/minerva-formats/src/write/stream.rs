@@ -36,7 +36,11 @@ fn jobs(placed: &[Placed]) -> Vec<Job> {
         let mut first = 0;
         while first < rows {
             let n = per.min(rows - first);
-            out.push(Job { tensor: i, first, rows: n });
+            out.push(Job {
+                tensor: i,
+                first,
+                rows: n,
+            });
             first += n;
         }
     }
@@ -46,8 +50,16 @@ fn jobs(placed: &[Placed]) -> Vec<Job> {
 fn run_job(file: &File, path: &Path, p: &Placed, job: &Job, progress: Progress) -> Result<()> {
     let t = p.tensor;
     let row_len = t.row_len();
-    let per_row = quantize::row_buffer_bytes(t.dtype, row_len)
-        .ok_or_else(|| FormatError::unsupported(path, format!("tensor '{}': rows of {row_len} as {}", t.name, t.dtype.name())))?;
+    let per_row = quantize::row_buffer_bytes(t.dtype, row_len).ok_or_else(|| {
+        FormatError::unsupported(
+            path,
+            format!(
+                "tensor '{}': rows of {row_len} as {}",
+                t.name,
+                t.dtype.name()
+            ),
+        )
+    })?;
     let mut bufs: Vec<Vec<u8>> = per_row.iter().map(|b| vec![0u8; b * job.rows]).collect();
     match &t.source {
         Source::Rows(f) => {
@@ -64,7 +76,8 @@ fn run_job(file: &File, path: &Path, p: &Placed, job: &Job, progress: Progress) 
         }
     }
     for ((b, off), per) in bufs.iter().zip(&p.offsets).zip(&per_row) {
-        file.write_all_at(b, off + (job.first * per) as u64).map_err(|e| FormatError::io(path, e))?;
+        file.write_all_at(b, off + (job.first * per) as u64)
+            .map_err(|e| FormatError::io(path, e))?;
         progress(b.len() as u64);
     }
     Ok(())
@@ -75,5 +88,7 @@ pub fn write_data(file: &File, path: &Path, placed: &[Placed], progress: Progres
     for p in placed {
         p.tensor.check(path)?;
     }
-    jobs(placed).par_iter().try_for_each(|j| run_job(file, path, &placed[j.tensor], j, progress))
+    jobs(placed)
+        .par_iter()
+        .try_for_each(|j| run_job(file, path, &placed[j.tensor], j, progress))
 }

@@ -29,7 +29,9 @@ fn merges_of(model: &Value) -> Vec<String> {
             m.iter()
                 .filter_map(|x| match x {
                     Value::String(s) => Some(s.clone()),
-                    Value::Array(p) if p.len() == 2 => Some(format!("{} {}", p[0].as_str()?, p[1].as_str()?)),
+                    Value::Array(p) if p.len() == 2 => {
+                        Some(format!("{} {}", p[0].as_str()?, p[1].as_str()?))
+                    }
                     _ => None,
                 })
                 .collect()
@@ -39,12 +41,26 @@ fn merges_of(model: &Value) -> Vec<String> {
 
 /// `tokenizer.ggml.*` (and `tokenizer.chat_template`) for a BPE tokenizer.json, padded to
 /// `vocab_size` entries with `[PADn]` tokens as llama.cpp's converter does.
-pub fn gguf_tokenizer_kv(tokenizer: &Value, vocab_size: usize, ids: &SpecialIds, chat_template: Option<&str>, path: &Path) -> Result<Vec<(String, MetaValue)>> {
+pub fn gguf_tokenizer_kv(
+    tokenizer: &Value,
+    vocab_size: usize,
+    ids: &SpecialIds,
+    chat_template: Option<&str>,
+    path: &Path,
+) -> Result<Vec<(String, MetaValue)>> {
     let model = &tokenizer["model"];
     if model["type"].as_str() != Some("BPE") {
-        return Err(FormatError::unsupported(path, format!("tokenizer model {} (only byte-level BPE goes into GGUF)", model["type"])));
+        return Err(FormatError::unsupported(
+            path,
+            format!(
+                "tokenizer model {} (only byte-level BPE goes into GGUF)",
+                model["type"]
+            ),
+        ));
     }
-    let vocab = model["vocab"].as_object().ok_or_else(|| FormatError::malformed(path, "tokenizer.json: model.vocab is not an object"))?;
+    let vocab = model["vocab"].as_object().ok_or_else(|| {
+        FormatError::malformed(path, "tokenizer.json: model.vocab is not an object")
+    })?;
     let mut tokens: Vec<Option<(String, i32)>> = Vec::new();
     let mut put = |id: usize, s: &str, ty: i32| {
         if id >= tokens.len() {
@@ -53,18 +69,36 @@ pub fn gguf_tokenizer_kv(tokenizer: &Value, vocab_size: usize, ids: &SpecialIds,
         tokens[id] = Some((s.to_string(), ty));
     };
     for (s, id) in vocab {
-        let id = id.as_u64().ok_or_else(|| FormatError::malformed(path, format!("tokenizer.json: id of '{s}' is not a number")))?;
+        let id = id.as_u64().ok_or_else(|| {
+            FormatError::malformed(path, format!("tokenizer.json: id of '{s}' is not a number"))
+        })?;
         if id > 16_000_000 {
-            return Err(FormatError::malformed(path, format!("tokenizer.json: id {id} of '{s}' is implausibly large")));
+            return Err(FormatError::malformed(
+                path,
+                format!("tokenizer.json: id {id} of '{s}' is implausibly large"),
+            ));
         }
         put(id as usize, s, NORMAL);
     }
     for t in tokenizer["added_tokens"].as_array().into_iter().flatten() {
-        let (Some(id), Some(s)) = (t["id"].as_u64(), t["content"].as_str()) else { continue };
+        let (Some(id), Some(s)) = (t["id"].as_u64(), t["content"].as_str()) else {
+            continue;
+        };
         if id > 16_000_000 {
-            return Err(FormatError::malformed(path, format!("tokenizer.json: added token id {id} is implausibly large")));
+            return Err(FormatError::malformed(
+                path,
+                format!("tokenizer.json: added token id {id} is implausibly large"),
+            ));
         }
-        put(id as usize, s, if t["special"].as_bool() == Some(true) { CONTROL } else { USER_DEFINED });
+        put(
+            id as usize,
+            s,
+            if t["special"].as_bool() == Some(true) {
+                CONTROL
+            } else {
+                USER_DEFINED
+            },
+        );
     }
     let n = tokens.len().max(vocab_size);
     let (mut names, mut types) = (Vec::with_capacity(n), Vec::with_capacity(n));
@@ -81,21 +115,52 @@ pub fn gguf_tokenizer_kv(tokenizer: &Value, vocab_size: usize, ids: &SpecialIds,
         }
     }
     let mut kv = vec![
-        ("tokenizer.ggml.model".to_string(), MetaValue::String("gpt2".into())),
-        ("tokenizer.ggml.pre".to_string(), MetaValue::String("gpt-2".into())),
+        (
+            "tokenizer.ggml.model".to_string(),
+            MetaValue::String("gpt2".into()),
+        ),
+        (
+            "tokenizer.ggml.pre".to_string(),
+            MetaValue::String("gpt-2".into()),
+        ),
         ("tokenizer.ggml.tokens".to_string(), MetaValue::Array(names)),
-        ("tokenizer.ggml.token_type".to_string(), MetaValue::Array(types)),
-        ("tokenizer.ggml.merges".to_string(), MetaValue::Array(merges_of(model).into_iter().map(MetaValue::String).collect())),
+        (
+            "tokenizer.ggml.token_type".to_string(),
+            MetaValue::Array(types),
+        ),
+        (
+            "tokenizer.ggml.merges".to_string(),
+            MetaValue::Array(
+                merges_of(model)
+                    .into_iter()
+                    .map(MetaValue::String)
+                    .collect(),
+            ),
+        ),
     ];
-    for (key, v) in [("bos", ids.bos), ("eos", ids.eos), ("unknown", ids.unk), ("padding", ids.pad)] {
+    for (key, v) in [
+        ("bos", ids.bos),
+        ("eos", ids.eos),
+        ("unknown", ids.unk),
+        ("padding", ids.pad),
+    ] {
         if let Some(v) = v {
             kv.push((format!("tokenizer.ggml.{key}_token_id"), MetaValue::U32(v)));
         }
     }
-    kv.push(("tokenizer.ggml.add_bos_token".into(), MetaValue::Bool(ids.add_bos)));
-    kv.push(("tokenizer.ggml.add_eos_token".into(), MetaValue::Bool(false)));
+    kv.push((
+        "tokenizer.ggml.add_bos_token".into(),
+        MetaValue::Bool(ids.add_bos),
+    ));
+    kv.push((
+        "tokenizer.ggml.add_eos_token".into(),
+        MetaValue::Bool(false),
+    ));
     if let Some(t) = chat_template {
-        kv.push(("tokenizer.chat_template".into(), MetaValue::String(t.to_string())));
+        kv.push((
+            "tokenizer.chat_template".into(),
+            MetaValue::String(t.to_string()),
+        ));
     }
     Ok(kv)
 }
@@ -107,8 +172,13 @@ pub fn tokenizer_json_from_gguf(md: &Metadata) -> Option<Value> {
         return None;
     }
     let tokens = md.get_str_array("tokenizer.ggml.tokens")?;
-    let types: Vec<i64> = md.get_array("tokenizer.ggml.token_type").map(|a| a.iter().map(|v| v.as_i64().unwrap_or(1)).collect()).unwrap_or_default();
-    let merges: Vec<&str> = md.get_str_array("tokenizer.ggml.merges").unwrap_or_default();
+    let types: Vec<i64> = md
+        .get_array("tokenizer.ggml.token_type")
+        .map(|a| a.iter().map(|v| v.as_i64().unwrap_or(1)).collect())
+        .unwrap_or_default();
+    let merges: Vec<&str> = md
+        .get_str_array("tokenizer.ggml.merges")
+        .unwrap_or_default();
     let mut vocab = Map::new();
     let mut added = Vec::new();
     for (i, t) in tokens.iter().enumerate() {
@@ -124,7 +194,9 @@ pub fn tokenizer_json_from_gguf(md: &Metadata) -> Option<Value> {
         }
     }
     let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
-    let bos = md.get_u64("tokenizer.ggml.bos_token_id").and_then(|b| tokens.get(b as usize).map(|s| (b, s.to_string())));
+    let bos = md
+        .get_u64("tokenizer.ggml.bos_token_id")
+        .and_then(|b| tokens.get(b as usize).map(|s| (b, s.to_string())));
     let post = match (md.get_bool("tokenizer.ggml.add_bos_token"), bos) {
         (Some(true), Some((id, s))) => json!({
             "type": "TemplateProcessing",
@@ -150,8 +222,15 @@ pub fn tokenizer_json_from_gguf(md: &Metadata) -> Option<Value> {
 
 /// tokenizer_config.json for a GGUF's tokenizer: special tokens, BOS flag, chat template.
 pub fn tokenizer_config_from_gguf(md: &Metadata) -> Value {
-    let tokens = md.get_str_array("tokenizer.ggml.tokens").unwrap_or_default();
-    let tok = |key: &str| md.get_u64(key).and_then(|i| tokens.get(i as usize)).map(|s| Value::String(s.to_string())).unwrap_or(Value::Null);
+    let tokens = md
+        .get_str_array("tokenizer.ggml.tokens")
+        .unwrap_or_default();
+    let tok = |key: &str| {
+        md.get_u64(key)
+            .and_then(|i| tokens.get(i as usize))
+            .map(|s| Value::String(s.to_string()))
+            .unwrap_or(Value::Null)
+    };
     let mut c = json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": tok("tokenizer.ggml.bos_token_id"),
