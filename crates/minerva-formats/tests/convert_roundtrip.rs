@@ -216,3 +216,88 @@ fn mlx_affine_error_no_worse_than_mlx_lm() {
     }
     assert_eq!(compared, 16);
 }
+
+#[test]
+fn gguf_to_gguf_keeps_quantized_bytes_and_mxfp4_crosses_formats_losslessly() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Same quant in and out: every tensor is copied, permuted q/k rows included.
+    let q4 = fixture("llama/gguf-q4_0/llama-Q4_0.gguf");
+    let out = tmp.path().join("again.gguf");
+    convert(&q4, "gguf", Some("q4_0"), &out);
+    assert_same_gguf(&out, &q4);
+    // GGUF MXFP4 → MLX mxfp4 → GGUF MXFP4: the experts' values survive both nibble orders.
+    let src = fixture("gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf");
+    let mlx = tmp.path().join("mlx");
+    convert(&src, "mlx", Some("mxfp4"), &mlx);
+    let back = tmp.path().join("back.gguf");
+    convert(&mlx, "gguf", Some("mxfp4"), &back);
+    let (a, m, b) = (
+        Checkpoint::open(&src).unwrap(),
+        Checkpoint::open(&mlx).unwrap(),
+        Checkpoint::open(&back).unwrap(),
+    );
+    let mut experts = 0;
+    for t in a
+        .tensors()
+        .filter(|t| t.dtype == minerva_formats::DType::MXFP4)
+    {
+        let id = minerva_formats::names::parse_gguf(minerva_formats::Architecture::GptOss, t.name)
+            .unwrap();
+        let mlx_name =
+            minerva_formats::names::mlx_name(minerva_formats::Architecture::GptOss, id).unwrap();
+        let mv = m.tensor(&mlx_name).unwrap();
+        assert_eq!(mv.dtype, minerva_formats::DType::MlxMxfp4, "{mlx_name}");
+        let x = dequantize(&t).unwrap();
+        assert!(
+            dequantize(&mv).unwrap() == x,
+            "{mlx_name} differs from {}",
+            t.name
+        );
+        assert!(
+            plain_bytes(&b, t.name) == plain_bytes(&a, t.name),
+            "{} bytes after MLX and back",
+            t.name
+        );
+        experts += 1;
+    }
+    assert_eq!(experts, 6);
+}
+
+#[test]
+fn sharded_safetensors_and_mlx_folders_read_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixture("mixtral/f32");
+    let ck = Checkpoint::open(&src).unwrap();
+    let mut model = model_from_checkpoint(&ck).unwrap();
+    model.shard_bytes = 1 << 20;
+    for (format, quant) in [("safetensors", "f32"), ("mlx", "8")] {
+        let out = tmp.path().join(format);
+        let target = parse_target(&model, format, Some(quant), None).unwrap();
+        model.write(&target, &out, &|_| {}).unwrap();
+        let index: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join("model.safetensors.index.json")).unwrap(),
+        )
+        .unwrap();
+        let files: std::collections::BTreeSet<&str> = index["weight_map"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(files.len() >= 2, "{format}: {files:?}");
+        assert!(
+            files
+                .iter()
+                .all(|f| f.starts_with("model-0000")
+                    && f.contains(&format!("-of-{:05}", files.len()))),
+            "{files:?}"
+        );
+        let back = Checkpoint::open(&out).unwrap();
+        if format == "safetensors" {
+            assert_same_values(&back, &ck);
+        } else {
+            assert_eq!(back.tensor_count(), 13);
+            assert_eq!(back.spec().unwrap().moe, ck.spec().unwrap().moe);
+        }
+    }
+}

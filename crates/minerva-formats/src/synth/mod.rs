@@ -11,6 +11,7 @@ pub mod tokenizer;
 use crate::names::{Role, TensorId};
 use crate::spec::Architecture;
 use crate::write::model::{Companions, Model, ModelTensor, SharedRows};
+use crate::write::safetensors::DEFAULT_SHARD_BYTES;
 use rng::Rng;
 use serde_json::{json, Value};
 use shapes::Shape;
@@ -148,6 +149,7 @@ pub fn model(shape: &Shape, seed: u64) -> Model<'static> {
                 shape: dims,
                 rows: rows(seed, id, row_len, init),
                 stored: None,
+                gguf_order: false,
             }
         })
         .collect();
@@ -194,5 +196,6 @@ pub fn model(shape: &Shape, seed: u64) -> Model<'static> {
             chat_template: Some(shape.chat_template.to_string()),
             generation_config: Some(generation),
         },
+        shard_bytes: DEFAULT_SHARD_BYTES,
     }
 }

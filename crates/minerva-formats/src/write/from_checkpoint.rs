@@ -4,6 +4,7 @@
 //! split), GGUF metadata turned back into config.json and tokenizer files.
 
 use super::model::{gguf_qk_dest_row, Companions, Model, ModelTensor, SharedRows};
+use super::safetensors::DEFAULT_SHARD_BYTES;
 use super::tokenizer::{tokenizer_config_from_gguf, tokenizer_json_from_gguf};
 use crate::checkpoint::{Checkpoint, Format};
 use crate::dequant::dequantize_rows;
@@ -287,17 +288,20 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                             Ok(())
                         })
                     };
+                    // The stored bytes stay usable for a GGUF target, which permutes the same way.
                     tensors.push(ModelTensor {
                         id,
                         shape,
                         rows,
-                        stored: None,
+                        stored: stored(&v),
+                        gguf_order: true,
                     });
                 } else {
                     tensors.push(ModelTensor {
                         id,
                         shape,
                         stored: stored(&v),
+                        gguf_order: false,
                         rows: view_rows(v),
                     });
                 }
@@ -341,6 +345,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                         id,
                         shape: v.shape.clone(),
                         stored: stored(&v),
+                        gguf_order: false,
                         rows: view_rows(v),
                     });
                     continue;
@@ -388,6 +393,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                                     shape,
                                     rows,
                                     stored: None,
+                                    gguf_order: false,
                                 });
                             }
                             continue;
@@ -404,6 +410,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                                 shape,
                                 rows,
                                 stored,
+                                gguf_order: false,
                             });
                             continue;
                         }
@@ -412,6 +419,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                                 id: TensorId::bias(Role::ExpDown, layer),
                                 shape: v.shape.clone(),
                                 stored: stored(&v),
+                                gguf_order: false,
                                 rows: view_rows(v),
                             });
                             continue;
@@ -434,6 +442,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                     shape,
                     rows,
                     stored: None,
+                    gguf_order: false,
                 });
             }
             let chat_template = ck
@@ -480,5 +489,6 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
         config,
         tensors,
         companions,
+        shard_bytes: DEFAULT_SHARD_BYTES,
     })
 }

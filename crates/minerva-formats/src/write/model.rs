@@ -2,7 +2,7 @@
 //! [n_expert, out, in]) and its writing into each format's names, layouts and companion files.
 //! Convert and synth both build a `Model`; this is the one place formats' conventions differ.
 
-use super::safetensors::{write_safetensors, DEFAULT_SHARD_BYTES};
+use super::safetensors::write_safetensors;
 use super::tokenizer::{gguf_tokenizer_kv, SpecialIds};
 use super::{AtomicOutput, OutTensor, Progress, RowFn, Source};
 use crate::dtype::DType;
@@ -23,9 +23,10 @@ pub struct ModelTensor<'a> {
     /// Canonical shape: [out, in], [n_expert, out, in] or [n].
     pub shape: Vec<usize>,
     pub rows: SharedRows<'a>,
-    /// The stored bytes when they are already in canonical layout (copied as is when the
-    /// target keeps that dtype).
+    /// The stored bytes when they can be copied as is into a target that keeps their dtype:
+    /// in canonical row order, or in GGUF q/k row order when `gguf_order` is set.
     pub stored: Option<(DType, Vec<&'a [u8]>)>,
+    pub gguf_order: bool,
 }
 
 impl ModelTensor<'_> {
@@ -51,6 +52,8 @@ pub struct Model<'a> {
     pub config: Value,
     pub tensors: Vec<ModelTensor<'a>>,
     pub companions: Companions,
+    /// Largest SafeTensors / MLX shard (5 GB unless changed).
+    pub shard_bytes: u64,
 }
 
 /// MLX quantization of the matrices.
@@ -491,6 +494,9 @@ impl<'a> Model<'a> {
             };
             let d = h.head_dim;
             let source = match (qk_heads, &t.stored) {
+                (_, Some((sd, bufs))) if *sd == dtype && t.gguf_order == qk_heads.is_some() => {
+                    Source::Stored(bufs.clone())
+                }
                 (Some(_), _) if t.id.bias => {
                     Source::Rows(permuted_vector(t.rows.clone(), t.shape[0], move |i| {
                         gguf_qk_source_row(i, d)
@@ -499,7 +505,6 @@ impl<'a> Model<'a> {
                 (Some(_), _) => Source::Rows(remapped(t.rows.clone(), t.row_len(), move |r| {
                     gguf_qk_source_row(r, d)
                 })),
-                (None, Some((sd, bufs))) if *sd == dtype => Source::Stored(bufs.clone()),
                 _ => Source::Rows(plain(&t.rows)),
             };
             out.push(OutTensor::new(name, t.shape.clone(), dtype, source));
@@ -511,7 +516,7 @@ impl<'a> Model<'a> {
     fn hf_tensors(&self, dtype: DType, path: &Path) -> Result<Vec<OutTensor<'a>>> {
         let mut out = Vec::new();
         let keep = |t: &ModelTensor<'a>| match &t.stored {
-            Some((sd, bufs)) if *sd == dtype => Source::Stored(bufs.clone()),
+            Some((sd, bufs)) if *sd == dtype && !t.gguf_order => Source::Stored(bufs.clone()),
             _ => Source::Rows(plain(&t.rows)),
         };
         let find = |role: Role, layer: Option<usize>, bias: bool| {
@@ -639,7 +644,7 @@ impl<'a> Model<'a> {
                 DType::BF16
             };
             let source = match &t.stored {
-                Some((sd, bufs)) if *sd == want => Source::Stored(bufs.clone()),
+                Some((sd, bufs)) if *sd == want && !t.gguf_order => Source::Stored(bufs.clone()),
                 _ => Source::Rows(plain(&t.rows)),
             };
             out.push(OutTensor::new(name, t.shape.clone(), want, source));
@@ -718,14 +723,7 @@ impl<'a> Model<'a> {
                 config["dtype"] = json!(name);
                 config["tie_word_embeddings"] = json!(self.tied());
                 let o = AtomicOutput::dir(out)?;
-                write_safetensors(
-                    o.path(),
-                    &tensors,
-                    DEFAULT_SHARD_BYTES,
-                    "pt",
-                    false,
-                    progress,
-                )?;
+                write_safetensors(o.path(), &tensors, self.shard_bytes, "pt", false, progress)?;
                 self.write_companions(o.path(), &config)?;
                 o.commit()
             }
@@ -737,14 +735,7 @@ impl<'a> Model<'a> {
                 config["quantization_config"] = block;
                 config["tie_word_embeddings"] = json!(self.tied());
                 let o = AtomicOutput::dir(out)?;
-                write_safetensors(
-                    o.path(),
-                    &tensors,
-                    DEFAULT_SHARD_BYTES,
-                    "mlx",
-                    true,
-                    progress,
-                )?;
+                write_safetensors(o.path(), &tensors, self.shard_bytes, "mlx", true, progress)?;
                 self.write_companions(o.path(), &config)?;
                 o.commit()
             }
