@@ -1,7 +1,8 @@
 //! Our files read by other people's readers: every GGUF quant type through gguf-py (llama.cpp's
 //! Python package) against the f32 GGUF of the same synthetic weights, and MLX folders through
 //! mlx's own loader and `mx.dequantize` against the f32 SafeTensors folder, with our error no
-//! worse than `mx.quantize`'s. Needs `python3` with `gguf`, `numpy` and `mlx` installed.
+//! worse than `mx.quantize`'s; BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 bytes equal to gguf-py's own
+//! quantizer's. Needs `python3` with `gguf`, `numpy` and `mlx` installed.
 
 use minerva_formats::synth::{self, shapes};
 use minerva_formats::write::model::parse_target;
