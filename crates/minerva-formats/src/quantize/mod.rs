@@ -63,11 +63,14 @@ pub fn encode_rows(
             )
         })?;
     let rows = if row_len == 0 { 0 } else { src.len() / row_len };
-    if bufs.len() != per_row.len() || bufs.iter().zip(&per_row).any(|(b, &p)| b.len() != p * rows) {
-        return Err(FormatError::malformed(
+    let wrong_buffers = || {
+        FormatError::malformed(
             "quantizer",
             format!("output buffers do not fit {rows} rows of {}", dtype.name()),
-        ));
+        )
+    };
+    if bufs.len() != per_row.len() || bufs.iter().zip(&per_row).any(|(b, &p)| b.len() != p * rows) {
+        return Err(wrong_buffers());
     }
     let block = |f: fn(&[f32], &mut [u8]), n: usize, out: &mut [u8]| {
         let bb = dtype.block_bytes();
@@ -102,7 +105,7 @@ pub fn encode_rows(
         DType::Q6_K => block(kquants::q6_k, 256, bufs[0]),
         DType::MlxAffine { bits, group } => {
             let [w, s, b] = bufs else {
-                unreachable!("three buffers checked above")
+                return Err(wrong_buffers());
             };
             for (r, x) in src.chunks_exact(row_len).enumerate() {
                 let span = |p: usize| r * p..(r + 1) * p;
@@ -119,7 +122,7 @@ pub fn encode_rows(
         }
         DType::MlxMxfp4 => {
             let [w, s] = bufs else {
-                unreachable!("two buffers checked above")
+                return Err(wrong_buffers());
             };
             for (r, x) in src.chunks_exact(row_len).enumerate() {
                 mlx::mxfp4_row(
@@ -129,7 +132,7 @@ pub fn encode_rows(
                 );
             }
         }
-        _ => unreachable!("can_encode checked above"),
+        _ => return Err(wrong_buffers()),
     }
     Ok(())
 }
