@@ -31,7 +31,7 @@ pub fn q8_0(x: &[f32], out: &mut [u8]) {
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     put_f16(&mut out[..2], d);
     for (o, &v) in out[2..34].iter_mut().zip(x) {
-        *o = (v * id).round() as i8 as u8;
+        *o = super::round_away(v * id) as i8 as u8;
     }
 }
 

@@ -5,7 +5,7 @@
 use half::f16;
 
 fn nearest(v: f32) -> i32 {
-    v.round_ties_even() as i32
+    super::round_even(v) as i32
 }
 
 fn f16_round(v: f32) -> f32 {

@@ -40,7 +40,7 @@ fn affine_codes(xs: &[f32], s: f32, b: f32, n_bins: f32, codes: &mut [u32]) -> f
     let inv = if s != 0.0 { 1.0 / s } else { 0.0 };
     let mut err = 0f32;
     for (c, &v) in codes.iter_mut().zip(xs) {
-        let q = ((v - b) * inv).round_ties_even().clamp(0.0, n_bins);
+        let q = super::round_even((v - b) * inv).clamp(0.0, n_bins);
         *c = q as u32;
         let d = s * q + b - v;
         err += d * d;
@@ -75,7 +75,7 @@ pub fn affine_row(
             scale = -scale;
         }
         let edge = if from_min { lo } else { hi };
-        let q0 = (edge / scale).round_ties_even();
+        let q0 = super::round_even(edge / scale);
         let (ms, mb) = if q0 != 0.0 {
             (edge / q0, edge)
         } else {
