@@ -2,7 +2,7 @@
 """Reads an MLX model folder with mlx's own safetensors loader (`mlx.core.load`) and dequantizes
 it with Apple's `mlx.core.dequantize`, checking it against config.json's quantization block.
 
-Usage: check_mlx.py DIR [--reference HF_DIR [--mlx-quantize]]
+Usage: check_mlx.py DIR [--reference HF_DIR [--mlx-quantize]] [--mlx-lm-logits IDS OUT.safetensors]
 
 Every quantized module (X.weight uint32 + X.scales [+ X.biases]) must match the bits, group
 size and mode config.json gives it (per-module entries override the global ones). With
@@ -10,7 +10,10 @@ size and mode config.json gives it (per-module entries override the global ones)
 the reference tensor in MLX layout (mixtral experts stacked; gpt-oss gate_up split and
 transposed), reporting the relative RMSE; --mlx-quantize also reports the relative RMSE that
 mlx's own `mx.quantize` reaches on the same reference (cast to bfloat16 first, as mlx-lm's
-`convert --dtype bfloat16` does) with the same bits, group size and mode. Prints one JSON object; exits non-zero on a mismatch.
+`convert --dtype bfloat16` does) with the same bits, group size and mode. --mlx-lm-logits loads
+the folder with `mlx_lm.load` (as mlx-lm users do), upcasts every parameter to float32, runs one
+forward pass over the comma-separated ids and saves the logits [n, vocab] to OUT (SafeTensors,
+tensor `logits`). Prints one JSON object; exits non-zero on a mismatch.
 """
 import argparse
 import json
@@ -71,6 +74,7 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--reference")
     ap.add_argument("--mlx-quantize", action="store_true")
+    ap.add_argument("--mlx-lm-logits", nargs=2, metavar=("IDS", "OUT.safetensors"))
     args = ap.parse_args()
     config = json.load(open(os.path.join(args.dir, "config.json")))
     q = config.get("quantization")
@@ -136,6 +140,19 @@ def main():
                 rms = float(np.sqrt(np.mean(r * r))) or 1.0
                 theirs[f"{module}.weight"] = float(np.sqrt(np.mean((deq - r) ** 2))) / rms
             report["mlx_relative_rmse"] = theirs
+    if args.mlx_lm_logits:
+        from mlx_lm import load
+
+        model, _ = load(args.dir)
+        model.set_dtype(mx.float32)
+        ids = [int(i) for i in args.mlx_lm_logits[0].split(",")]
+        logits = np.array(model(mx.array([ids]))[0].astype(mx.float32))
+        if not np.all(np.isfinite(logits)):
+            sys.exit("mlx-lm produced non-finite logits")
+        from safetensors.numpy import save_file
+
+        save_file({"logits": np.ascontiguousarray(logits, dtype=np.float32)}, args.mlx_lm_logits[1])
+        report["mlx_lm_logits_shape"] = list(logits.shape)
     print(json.dumps(report))
 
 

@@ -731,6 +731,14 @@ impl<'a> Model<'a> {
                 let (tensors, block) = self.mlx_tensors(*q, out)?;
                 total(sum(&tensors));
                 let mut config = self.config.clone();
+                // mlx-lm reads only the older top-level rope keys for some models (gpt-oss).
+                let (theta, scaling) = rope(&config);
+                if config.get("rope_theta").is_none() {
+                    config["rope_theta"] = json!(theta);
+                }
+                if let (None, Some(s)) = (config.get("rope_scaling"), scaling) {
+                    config["rope_scaling"] = s;
+                }
                 config["quantization"] = block.clone();
                 config["quantization_config"] = block;
                 config["tie_word_embeddings"] = json!(self.tied());
