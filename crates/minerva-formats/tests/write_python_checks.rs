@@ -1,8 +1,10 @@
-//! Our files read by other people's readers: every GGUF quant type through gguf-py (llama.cpp's
-//! Python package) against the f32 GGUF of the same synthetic weights, and MLX folders through
-//! mlx's own loader and `mx.dequantize` against the f32 SafeTensors folder, with our error no
-//! worse than `mx.quantize`'s; BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 bytes equal to gguf-py's own
-//! quantizer's. Needs `python3` with `gguf`, `numpy` and `mlx` installed.
+//! Our files read and run by other people's tools: every GGUF quant type through gguf-py
+//! (llama.cpp's Python package) against the f32 GGUF of the same synthetic weights, with BF16,
+//! Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 bytes equal to gguf-py's own quantizer's; MLX folders through
+//! mlx's loader and `mx.dequantize` against the f32 SafeTensors folder, with our error no worse
+//! than `mx.quantize`'s; converted and synthetic MLX folders run by mlx-lm and SafeTensors folders
+//! by transformers. Needs `python3` with gguf, numpy, safetensors, mlx, mlx-lm, torch and
+//! transformers installed.
 
 use minerva_formats::synth::{self, shapes};
 use minerva_formats::write::model::parse_target;
@@ -219,6 +221,65 @@ fn converted_mlx_folders_run_in_mlx_lm() {
         assert!(
             d < 0.4,
             "{arch}: mlx-lm logits of our 8-bit folder differ by {d} from the f32 reference"
+        );
+    }
+}
+
+#[test]
+fn synthetic_models_run_in_transformers_and_mlx_lm_with_the_same_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ids = "1,17,200,42,99,7,5,300";
+    for shape in ["tiny-llama", "tiny-qwen3", "tiny-gpt-oss"] {
+        let (hf, mlx) = (
+            tmp.path().join(format!("{shape}-hf")),
+            tmp.path().join(format!("{shape}-mlx")),
+        );
+        synth_to(shape, "safetensors", "f32", &hf);
+        synth_to(shape, "mlx", "8", &mlx);
+        let (hf_out, mlx_out) = (
+            tmp.path().join("hf.safetensors"),
+            tmp.path().join("mlx.safetensors"),
+        );
+        let r = tool(
+            "check_hf.py",
+            &[hf.to_str().unwrap(), ids, hf_out.to_str().unwrap()],
+        );
+        assert_eq!(
+            r["decoded"], "The quick brown fox jumps over the lazy dog.",
+            "{shape}: tokenizer round trip"
+        );
+        assert_eq!(
+            r["vocab"],
+            shapes::shape(shape).unwrap().config["vocab_size"]
+        );
+        tool(
+            "check_mlx.py",
+            &[
+                mlx.to_str().unwrap(),
+                "--mlx-lm-logits",
+                ids,
+                mlx_out.to_str().unwrap(),
+            ],
+        );
+        let (a, b) = (
+            fixture_logits(&hf_out, "logits").unwrap(),
+            fixture_logits(&mlx_out, "logits").unwrap(),
+        );
+        let mean = a.iter().sum::<f32>() / a.len() as f32;
+        let std = (a.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / a.len() as f32).sqrt();
+        assert!(
+            std > 0.3 && std < 10.0,
+            "{shape}: transformers logit std {std}"
+        );
+        let d = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        // 8-bit weights (and gpt-oss's rounded YaRN range in mlx-lm) account for the difference.
+        assert!(
+            d < 0.35,
+            "{shape}: transformers (f32 folder) and mlx-lm (8-bit folder) logits differ by {d}"
         );
     }
 }
