@@ -122,14 +122,15 @@ pub fn gguf_policy(quant: &str, n_layers: usize, tied: bool, moe: bool) -> Optio
         "q5_0" => output_q6(base(DType::Q5_0)),
         "q5_1" => output_q6(base(DType::Q5_1)),
         "q6_k" => base(DType::Q6_K),
-        "q4_k_m" => QuantPolicy {
+        // The K_M mixes already give `output` Q6_K; a tied embedding stands in for it.
+        "q4_k_m" => output_q6(QuantPolicy {
             recipe: QuantRecipe::KMixed(DType::Q4_K),
             ..base(DType::Q4_K)
-        },
-        "q5_k_m" => QuantPolicy {
+        }),
+        "q5_k_m" => output_q6(QuantPolicy {
             recipe: QuantRecipe::KMixed(DType::Q5_K),
             ..base(DType::Q5_K)
-        },
+        }),
         "mxfp4" if moe => {
             let mut p = base(DType::Q8_0);
             p.recipe = QuantRecipe::Uniform(DType::Q8_0);
