@@ -27,7 +27,7 @@ fn pack_bits(codes: impl Iterator<Item = u32>, bits: u32, out: &mut [u8]) {
     let mut pos = 0usize;
     for c in codes {
         let (byte, shift) = (pos / 8, pos % 8);
-        let v = (c as u32) << shift;
+        let v = c << shift;
         for k in 0..=((shift + bits as usize - 1) / 8) {
             out[byte + k] |= (v >> (8 * k)) as u8;
         }

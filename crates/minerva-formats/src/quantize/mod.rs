@@ -93,7 +93,7 @@ pub fn encode_rows(
                 format!("encoding rows of {row_len} as {}", dtype.name()),
             )
         })?;
-    let rows = if row_len == 0 { 0 } else { src.len() / row_len };
+    let rows = src.len().checked_div(row_len).unwrap_or(0);
     let wrong_buffers = || {
         FormatError::malformed(
             "quantizer",
