@@ -7,7 +7,7 @@ use super::model::{gguf_qk_dest_row, Companions, Model, ModelTensor, SharedRows}
 use super::safetensors::DEFAULT_SHARD_BYTES;
 use super::tokenizer::{tokenizer_config_from_gguf, tokenizer_json_from_gguf};
 use crate::checkpoint::{Checkpoint, Format};
-use crate::dequant::dequantize_rows;
+use crate::dequant::{dequantize, dequantize_rows};
 use crate::dtype::DType;
 use crate::error::{FormatError, Result};
 use crate::metadata::Metadata;
@@ -148,6 +148,23 @@ fn config_from_gguf(
     Ok((arch, c))
 }
 
+/// llama.cpp stores llama3 RoPE scaling as per-frequency factors (`rope_freqs`); config.json
+/// needs the parameters. The published llama3 parameters (low 1, high 4, original context 8192)
+/// with the largest factor are accepted when they reproduce the stored factors.
+fn llama3_scaling_of(factors: &[f32], config: &Value, path: &std::path::Path) -> Result<Value> {
+    let theta = config["rope_theta"].as_f64().unwrap_or(10000.0);
+    let dim = config["head_dim"].as_u64().unwrap_or(0) as usize;
+    let factor = factors.iter().cloned().fold(1f32, f32::max) as f64;
+    let s = json!({"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192});
+    let again = super::model::llama3_rope_factors(&s, theta, dim);
+    if again.len() == factors.len() && again.iter().zip(factors).all(|(a, b)| (a - b).abs() <= 1e-3 * b.abs().max(1.0)) {
+        Ok(s)
+    } else {
+        Err(FormatError::unsupported(path, "rope_freqs.weight holds RoPE factors that no llama3 scaling parameters reproduce"))
+    }
+}
+
 /// Splits a fused gpt-oss `gate_up_proj` (or its bias) into canonical gate (`pick` 0) or up (1).
 /// Transformers' dense layout is [E, hidden, 2F] (transposed, gate in even columns); the
 /// original MXFP4 checkpoints store [E, 2F, hidden] (gate in even rows).
@@ -253,7 +270,10 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                 .map(|t| t.shape[0])
                 .ok_or_else(|| FormatError::malformed(&path, "token_embd.weight is missing"))?;
             let tied = !ck.contains("output.weight");
-            let (arch, config) = config_from_gguf(&ck.metadata, vocab, tied, &path)?;
+            let (arch, mut config) = config_from_gguf(&ck.metadata, vocab, tied, &path)?;
+            if let Some(f) = ck.tensor("rope_freqs.weight") {
+                config["rope_scaling"] = llama3_scaling_of(&dequantize(&f)?, &config, &path)?;
+            }
             let c = &config;
             let hd = c["head_dim"].as_u64().unwrap_or(1) as usize;
             for v in ck.tensors() {

@@ -232,7 +232,7 @@ fn gguf_file_type(policy: &QuantPolicy) -> u32 {
 }
 
 /// llama.cpp's per-dimension frequency factors for llama3 RoPE scaling (`rope_freqs.weight`).
-fn llama3_rope_factors(scaling: &Value, theta: f64, dim: usize) -> Vec<f32> {
+pub(crate) fn llama3_rope_factors(scaling: &Value, theta: f64, dim: usize) -> Vec<f32> {
     let factor = cfg_f64(scaling, "factor").unwrap_or(8.0);
     let low = cfg_f64(scaling, "low_freq_factor").unwrap_or(1.0);
     let high = cfg_f64(scaling, "high_freq_factor").unwrap_or(4.0);
