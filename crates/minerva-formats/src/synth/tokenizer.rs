@@ -27,6 +27,68 @@ pub fn byte_symbols() -> Vec<char> {
     out
 }
 
+/// A few sentences of plain English to learn the first merges from.
+const CORPUS: &str = "The model reads the prompt and writes an answer one token at a time. \
+Each layer mixes information between the tokens with attention and then transforms every \
+position on its own with a small network. The weights are stored in files that hold numbers in \
+several formats, and the program that runs the model reads those files, turns the numbers into \
+matrices and multiplies them with the input. People ask questions about the weather, about \
+history, about cooking and about programming, and they expect clear answers that are correct. \
+When the answer is long, the program shows the words as soon as they are ready, so that the \
+reader does not wait. A good tokenizer splits common words into one piece and rare words into \
+several pieces, which keeps the number of tokens small for ordinary text in English.";
+
+/// BPE merges learned on `CORPUS` (GPT-2 style words: a leading space becomes 'Ġ'): repeatedly
+/// the most frequent adjacent pair, ties broken by the pair's text, while a pair occurs twice.
+fn trained_merges(symbols: &[char], limit: usize) -> Vec<(String, String)> {
+    let mut counts: std::collections::BTreeMap<Vec<String>, usize> =
+        std::collections::BTreeMap::new();
+    for (i, w) in CORPUS.split_whitespace().enumerate() {
+        let word: String = w.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+        if word.is_empty() {
+            continue;
+        }
+        let text = if i == 0 { word } else { format!(" {word}") };
+        let pieces = text
+            .bytes()
+            .map(|b| symbols[b as usize].to_string())
+            .collect();
+        *counts.entry(pieces).or_default() += 1;
+    }
+    let mut words: Vec<(Vec<String>, usize)> = counts.into_iter().collect();
+    let mut out = Vec::new();
+    while out.len() < limit {
+        let mut pairs: std::collections::BTreeMap<(String, String), usize> =
+            std::collections::BTreeMap::new();
+        for (w, n) in &words {
+            for p in w.windows(2) {
+                *pairs.entry((p[0].clone(), p[1].clone())).or_default() += n;
+            }
+        }
+        let Some((best, n)) = pairs
+            .into_iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+        else {
+            break;
+        };
+        if n < 2 {
+            break;
+        }
+        for (w, _) in words.iter_mut() {
+            let mut i = 0;
+            while i + 1 < w.len() {
+                if w[i] == best.0 && w[i + 1] == best.1 {
+                    let right = w.remove(i + 1);
+                    w[i].push_str(&right);
+                }
+                i += 1;
+            }
+        }
+        out.push(best);
+    }
+    out
+}
+
 /// The tokenizer.json: `specials` are (id, text); ordinary tokens fill every other id below
 /// `vocab` (ids above the last ordinary or special token stay unused, as in padded vocabularies).
 pub fn tokenizer_json(
@@ -52,38 +114,72 @@ pub fn tokenizer_json(
             tokens.push(s);
         }
     }
-    // Merges favour letters and a leading space ('Ġ') so tokens look like word pieces.
-    let letters: Vec<usize> = (b'a'..=b'z')
-        .map(|b| b as usize)
-        .chain([b' ' as usize, b'e' as usize, b't' as usize])
-        .collect();
     let mut merges = Vec::with_capacity(n_ordinary.saturating_sub(256));
-    let mut rng = Rng::for_row(seed, u64::MAX, 0);
-    let mut misses = 0;
-    while tokens.len() < n_ordinary && misses < 1_000_000 {
-        let r = rng.next_u64();
-        let left = if r & 3 == 0 {
-            symbols[letters[(r >> 8) as usize % letters.len()]].to_string()
-        } else {
-            tokens[(r >> 16) as usize % tokens.len()].clone()
-        };
-        let right =
-            tokens[letters[(r >> 40) as usize % letters.len()].min(tokens.len() - 1)].clone();
-        let right = if (r >> 60) & 1 == 0 {
-            right
-        } else {
-            tokens[(r >> 24) as usize % tokens.len().min(4096)].clone()
-        };
+    let mut add = |left: &str, right: &str, tokens: &mut Vec<String>| -> bool {
         let merged = format!("{left}{right}");
-        if right.contains('Ġ') || merged.chars().count() > 16 || seen.contains(&merged) {
-            misses += 1;
-            continue;
+        if seen.contains(&merged) {
+            return false;
         }
-        let Some(id) = ordinary_ids.next() else { break };
+        let Some(id) = ordinary_ids.next() else {
+            return false;
+        };
         vocab_map.insert(merged.clone(), json!(id));
         merges.push(Value::String(format!("{left} {right}")));
         seen.insert(merged.clone());
         tokens.push(merged);
+        true
+    };
+    // First the merges real BPE training finds on a little English text, so common words and
+    // word pieces become single tokens as in a trained vocabulary.
+    for (l, r) in trained_merges(&symbols, n_ordinary.saturating_sub(tokens.len())) {
+        add(&l, &r, &mut tokens);
+    }
+    // Then seeded merges of word-like tokens (optional leading 'Ġ', lowercase letters) with short
+    // letter suffixes; any two tokens once those run out.
+    let is_word = |t: &str| {
+        let body = t.strip_prefix('Ġ').unwrap_or(t);
+        !body.is_empty() && body.chars().all(|c| c.is_ascii_lowercase())
+    };
+    let mut words: Vec<usize> = (0..tokens.len()).filter(|&i| is_word(&tokens[i])).collect();
+    let mut suffixes: Vec<usize> = words
+        .iter()
+        .copied()
+        .filter(|&i| !tokens[i].starts_with('Ġ') && tokens[i].len() <= 3)
+        .collect();
+    let mut rng = Rng::for_row(seed, u64::MAX, 0);
+    let mut misses = 0u32;
+    while tokens.len() < n_ordinary {
+        let r = rng.next_u64();
+        let (l, rt) = if misses < 10_000 {
+            (
+                words[(r as usize) % words.len()],
+                suffixes[((r >> 32) as usize) % suffixes.len()],
+            )
+        } else {
+            (
+                (r as usize) % tokens.len(),
+                ((r >> 32) as usize) % tokens.len(),
+            )
+        };
+        let (left, right) = (tokens[l].clone(), tokens[rt].clone());
+        if right.contains('Ġ')
+            || left.chars().count() + right.chars().count() > 16
+            || !add(&left, &right, &mut tokens)
+        {
+            misses += 1;
+            if misses > 1_000_000 {
+                break;
+            }
+            continue;
+        }
+        misses = 0;
+        let last = tokens.len() - 1;
+        if is_word(&tokens[last]) {
+            words.push(last);
+            if tokens[last].len() <= 3 && !tokens[last].starts_with('Ġ') {
+                suffixes.push(last);
+            }
+        }
     }
     let added: Vec<Value> = specials
         .iter()
