@@ -211,3 +211,45 @@ pub fn tokenizer_json(
                   "fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": vocab_map, "merges": merges}
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vocabulary_is_complete_and_every_merge_is_buildable() {
+        let specials = vec![
+            (0, "<unk>".to_string()),
+            (1, "<s>".to_string()),
+            (1999, "<|end|>".to_string()),
+        ];
+        let t = tokenizer_json(2000, &specials, Some("<s>"), 9);
+        let vocab = t["model"]["vocab"].as_object().unwrap();
+        let mut ids: Vec<u64> = vocab.values().map(|v| v.as_u64().unwrap()).collect();
+        ids.sort_unstable();
+        assert_eq!(
+            ids,
+            (0..2000).collect::<Vec<u64>>(),
+            "every id below the size, once"
+        );
+        assert_eq!(vocab["<|end|>"], 1999);
+        assert_eq!(
+            vocab["Ġthe"].as_u64().map(|i| i < 300),
+            Some(true),
+            "common words merge early"
+        );
+        for m in t["model"]["merges"].as_array().unwrap() {
+            let (l, r) = m.as_str().unwrap().split_once(' ').unwrap();
+            let (il, ir, im) = (&vocab[l], &vocab[r], &vocab[&format!("{l}{r}")]);
+            assert!(
+                il.as_u64() < im.as_u64() && ir.as_u64() < im.as_u64(),
+                "merge {l} {r}"
+            );
+        }
+        assert_eq!(
+            t,
+            tokenizer_json(2000, &specials, Some("<s>"), 9),
+            "deterministic for a seed"
+        );
+    }
+}
