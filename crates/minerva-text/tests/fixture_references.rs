@@ -117,3 +117,29 @@ fn special_ids_agree_between_folder_and_gguf() {
         }
     }
 }
+
+#[test]
+fn checkpoints_give_the_same_tokenizers_and_templates() {
+    use minerva_formats::Checkpoint;
+    use minerva_text::{PromptBuilder, PromptKind};
+    let all = FOLDERS.iter().copied().chain(GGUFS.iter().map(|(d, _)| *d));
+    for dir in all {
+        let ckpt = Checkpoint::open(fixtures().join(dir)).unwrap_or_else(|e| panic!("{dir}: {e}"));
+        let reference = read_json(&format!("{dir}/reference.json"));
+        let tok = Tokenizer::from_checkpoint(&ckpt).unwrap();
+        let template = ChatTemplate::from_checkpoint(&ckpt)
+            .unwrap()
+            .expect("every fixture has a chat template");
+        check(dir, &tok, &template, &reference);
+        let expected = if dir.starts_with("gpt_oss") {
+            PromptKind::Harmony
+        } else {
+            PromptKind::Template
+        };
+        assert_eq!(
+            PromptBuilder::from_checkpoint(&ckpt).unwrap().kind(),
+            expected,
+            "{dir}"
+        );
+    }
+}
