@@ -1,4 +1,15 @@
 //! Text: tokenizers from every format, chat templates, harmony, streaming detokenizer.
+//!
+//! - [`Tokenizer::from_checkpoint`]: a folder's tokenizer.json, or a GGUF's embedded vocabulary
+//!   (`gpt2` byte-level BPE with a pre-tokenizer chosen by `tokenizer.ggml.pre`, or `llama`
+//!   SentencePiece BPE with scores and byte fallback); `encode`, `decode`, `bos_id`, `eos_ids`.
+//! - [`PromptBuilder::from_checkpoint`]: harmony for gpt-oss, the model's [`ChatTemplate`]
+//!   otherwise, [`render_plain`] when it has none ([`PromptKind::Plain`] says so).
+//! - [`Detokenizer`]: ids to text as they arrive, with stop strings.
+//! - [`OutputSplitter`] (from `PromptBuilder::output_splitter`): a reply's reasoning and answer
+//!   as it streams — harmony channels ([`HarmonyParser`]) or `<think>` tags
+//!   ([`ReasoningSplitter`]). It reads special tokens, so feed it text detokenized with
+//!   `skip_special = false`.
 
 pub mod detokenizer;
 pub mod error;

@@ -18,6 +18,7 @@ pub struct SpecialTokens {
     pub eos_token: Option<String>,
 }
 
+#[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     specials: SpecialTokens,
