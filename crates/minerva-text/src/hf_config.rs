@@ -18,6 +18,8 @@ pub struct FolderSpecials {
     pub pad_id: Option<u64>,
     /// `chat_template` of tokenizer_config.json (the default one when it holds a list).
     pub chat_template: Option<String>,
+    /// `added_tokens_decoder` of tokenizer_config.json: (id, content, special), by id.
+    pub added_tokens: Vec<(u32, String, bool)>,
 }
 
 /// Reads a JSON file if it exists.
@@ -82,6 +84,34 @@ fn template_text(path: &Path, v: Option<&Value>) -> Result<Option<String>> {
     }
 }
 
+/// `{"32000": {"content": "<tool>", "special": true, ...}, ...}`, sorted by id.
+fn added_tokens(path: &Path, v: Option<&Value>) -> Result<Vec<(u32, String, bool)>> {
+    let Some(Value::Object(map)) = v else {
+        return Ok(vec![]);
+    };
+    let mut out = Vec::with_capacity(map.len());
+    for (key, entry) in map {
+        let bad = || {
+            TextError::malformed(
+                path.display(),
+                format!("added_tokens_decoder entry '{key}' is not an id with a content"),
+            )
+        };
+        let id: u32 = key.parse().map_err(|_| bad())?;
+        let content = entry
+            .get("content")
+            .and_then(Value::as_str)
+            .ok_or_else(bad)?;
+        let special = entry
+            .get("special")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        out.push((id, content.to_owned(), special));
+    }
+    out.sort_by_key(|t| t.0);
+    Ok(out)
+}
+
 pub fn read_folder_specials(dir: &Path) -> Result<FolderSpecials> {
     let mut s = FolderSpecials::default();
     let tc_path = dir.join("tokenizer_config.json");
@@ -113,6 +143,7 @@ pub fn read_folder_specials(dir: &Path) -> Result<FolderSpecials> {
     }
     if let Some(tc) = &tc {
         s.chat_template = template_text(&tc_path, tc.get("chat_template"))?;
+        s.added_tokens = added_tokens(&tc_path, tc.get("added_tokens_decoder"))?;
     }
     for (path, doc) in [(&gc_path, &gc), (&cfg_path, &cfg)] {
         let Some(doc) = doc else { continue };

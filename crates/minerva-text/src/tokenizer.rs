@@ -35,6 +35,41 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
+/// Added tokens that tokenizer_config.json lists but tokenizer.json lacks, appended at the ids
+/// the config gives them (an id that does not come next is an error, not a silent shift).
+fn add_config_tokens(
+    inner: &mut tokenizers::Tokenizer,
+    tokens: &[(u32, String, bool)],
+    origin: &str,
+) -> Result<()> {
+    for (id, content, special) in tokens {
+        match inner.token_to_id(content) {
+            Some(have) if have == *id => continue,
+            Some(have) => {
+                return Err(TextError::malformed(
+                    origin,
+                    format!("tokenizer_config.json gives '{content}' id {id}, tokenizer.json has it as {have}"),
+                ))
+            }
+            None => {}
+        }
+        let next = inner.get_vocab_size(true) as u32;
+        if *id != next {
+            return Err(TextError::malformed(
+                origin,
+                format!("tokenizer_config.json adds '{content}' as id {id}, but the next free id is {next}"),
+            ));
+        }
+        let token = tokenizers::AddedToken::from(content.as_str(), *special).normalized(false);
+        if *special {
+            inner.add_special_tokens(&[token]);
+        } else {
+            inner.add_tokens(&[token]);
+        }
+    }
+    Ok(())
+}
+
 impl Tokenizer {
     /// The tokenizer of an opened model: a GGUF's own vocabulary, or the folder's tokenizer.json.
     pub fn from_checkpoint(ckpt: &Checkpoint) -> Result<Tokenizer> {
@@ -56,11 +91,12 @@ impl Tokenizer {
                 "no tokenizer.json in the model folder",
             ));
         }
-        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
+        let mut inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
             TextError::malformed(path.display(), format!("not a valid tokenizer.json: {e}"))
         })?;
         let found = hf_config::read_folder_specials(dir)?;
         let origin = dir.display().to_string();
+        add_config_tokens(&mut inner, &found.added_tokens, &origin)?;
         let n = inner.get_vocab_size(true);
         let by_name = |name: &Option<String>, what: &str| -> Result<Option<u32>> {
             match name {

@@ -143,6 +143,28 @@ fn folder_errors_name_the_file() {
         [2, 1]
     );
     assert!(ChatTemplate::from_folder(dir.path()).unwrap().is_none());
+
+    // Added tokens named only by tokenizer_config.json join the vocabulary at their ids.
+    let config = r#"{"added_tokens_decoder": {"2": {"content": "<|im_end|>", "special": true},
+                     "512": {"content": "<tool>", "special": true}, "513": {"content": "<x>", "special": false}}}"#;
+    std::fs::write(dir.path().join("tokenizer_config.json"), config).unwrap();
+    let tok = Tokenizer::from_folder(dir.path()).unwrap();
+    assert_eq!(tok.vocab_size(), 514);
+    assert_eq!(
+        tok.encode("a<tool>b<x>", false).unwrap()[1..4],
+        [512, 68, 513]
+    );
+    assert_eq!(tok.decode(&[512, 513], true).unwrap(), "<x>");
+    std::fs::write(
+        dir.path().join("tokenizer_config.json"),
+        r#"{"added_tokens_decoder": {"600": {"content": "<far>"}}}"#,
+    )
+    .unwrap();
+    let msg = Tokenizer::from_folder(dir.path()).unwrap_err().to_string();
+    assert!(
+        msg.contains("'<far>' as id 600, but the next free id is 512"),
+        "{msg}"
+    );
 }
 
 #[test]
