@@ -6,6 +6,9 @@
   tokens, and the decoded text.
 - gguf_tokenizers.json: the `tokenizer.*` keys of the fixture GGUF files as read by gguf-py, so the
   GGUF-side tokenizer can be tested without a GGUF reader.
+- pre_tokenizer_ids.json: a small byte-level BPE vocabulary (as GGUF metadata) and the ids
+  `tokenizers` gives under the split regexes of the real Llama 3, Qwen2 and gpt-oss (o200k)
+  tokenizer.json files, keyed by the `tokenizer.ggml.pre` names that select them.
 - spm_llama.json: a small SentencePiece BPE vocabulary (byte fallback) trained here with the
   `sentencepiece` package, laid out as llama-style GGUF metadata, with the ids and text that
   `sentencepiece` itself gives for test strings.
@@ -69,6 +72,71 @@ def dump_hf():
                 "decoded_skip_special": tok.decode(with_special, skip_special_tokens=True),
             })
         out["tokenizers"][flavour] = cases
+    return out
+
+
+# Split regexes as the models' own tokenizer.json files hold them, and their BPE ignore_merges.
+PRE_SPLITS = {
+    "llama-bpe": (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+", True),
+    "qwen2": (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+", False),
+    "gpt-4o": ("|".join([
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"\p{N}{1,3}",
+        r" ?[^\s\p{L}\p{N}]+[\r\n/]*",
+        r"\s*[\r\n]+",
+        r"\s+(?!\S)",
+        r"\s+",
+    ]), True),
+}
+
+
+# Where the split regexes differ: digit runs, case runs, contractions, newlines, slashes.
+PRE_EXTRA = [
+    "0 00 000 0000 00000 1 12 123 1234 12345 2024-06-28 x=100000*99+0.5",
+    "HELLOWorld CamelCase iPhone ABCdef XMLHttpRequest",
+    "it's IT'S They'LL we'd You'Re",
+    "def f():\n\n\n    return 1\n  \n\t\tpass\r\n",
+    "a/b/c\n/ d //e ///\n",
+    "self.assertEqual(x, 0)\n        self.x = None  # 10000 items",
+]
+
+
+def dump_pre_tokenizers():
+    """A byte-level BPE trained on text split at whitespace only, so its merges cross the places
+    where the split regexes differ; then ids under each regex."""
+    from tokenizers import models, pre_tokenizers, trainers
+
+    corpus = PRE_EXTRA * 3 + [SPM_TRAIN] * 2 + STRINGS[:21]
+    trainer_tok = Tokenizer(models.BPE())
+    trainer_tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=["<|endoftext|>", "<|im_start|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer_tok.train_from_iterator(corpus, trainer)
+    tj = json.loads(trainer_tok.to_str())
+    vocab = tj["model"]["vocab"]
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    merges = [" ".join(m) if isinstance(m, list) else m for m in tj["model"]["merges"]]
+    meta = {
+        "general.architecture": "qwen2",
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": [3 if t.startswith("<|") and len(t) > 2 else 1 for t in tokens],
+        "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.eos_token_id": 0,
+    }
+    strings = STRINGS[:-1] + PRE_EXTRA
+    out = {"metadata": meta, "strings": strings, "ids": {}}
+    for name, (regex, ignore_merges) in PRE_SPLITS.items():
+        tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+        ]}
+        tj["decoder"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+        tj["model"]["ignore_merges"] = ignore_merges
+        tok = Tokenizer.from_str(json.dumps(tj))
+        out["ids"][name] = [tok.encode(s, add_special_tokens=False).ids for s in strings]
     return out
 
 
@@ -186,4 +254,5 @@ if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     write("hf_ids.json", dump_hf(), indent=None)
     write("gguf_tokenizers.json", dump_gguf())
+    write("pre_tokenizer_ids.json", dump_pre_tokenizers(), indent=None)
     write("spm_llama.json", dump_spm())
