@@ -5,6 +5,7 @@ use crate::error::Result;
 use crate::harmony::{self, HarmonyEvent, HarmonyOptions, HarmonyParser, HarmonyStop};
 use crate::reasoning::{OutputPiece, ReasoningSplitter};
 use crate::template::{render_plain, ChatTemplate, Message};
+use crate::tokenizer::Tokenizer;
 use minerva_formats::{Checkpoint, Format};
 
 /// Which way prompts are built (so a UI or CLI can say when the fallback is in use).
@@ -66,6 +67,12 @@ impl PromptBuilder {
             PromptBuilder::Template(t) => t.render(messages, add_generation_prompt),
             PromptBuilder::Plain => Ok(render_plain(messages, add_generation_prompt)),
         }
+    }
+
+    /// Ids of a rendered prompt. Templates and harmony write BOS and other special tokens
+    /// themselves, so nothing is added; the plain fallback gets what the tokenizer adds (BOS).
+    pub fn encode(&self, tokenizer: &Tokenizer, prompt: &str) -> Result<Vec<u32>> {
+        tokenizer.encode(prompt, self.kind() == PromptKind::Plain)
     }
 
     /// A splitter for one reply's streamed text (special tokens kept in the text).

@@ -101,7 +101,25 @@ fn prompt_builder_picks_template_or_fallback() {
         with_template.render(&chat(), true).unwrap(),
         reference["chat_rendered"].as_str().unwrap()
     );
+    let tok = Tokenizer::from_folder(&fixtures().join("llama/f32")).unwrap();
+    let llama = PromptBuilder::from_template(
+        ChatTemplate::from_folder(&fixtures().join("llama/f32")).unwrap(),
+    );
+    let ids = llama
+        .encode(&tok, &llama.render(&chat(), true).unwrap())
+        .unwrap();
+    let llama_reference = read_json("llama/f32/reference.json");
+    assert_eq!(
+        ids,
+        common::ids(&llama_reference["chat_rendered_ids_no_extra_special"]),
+        "one BOS, from the template"
+    );
     let plain = PromptBuilder::from_template(None);
+    assert_eq!(
+        plain.encode(&tok, "Hi").unwrap()[0],
+        1,
+        "the fallback prompt gets BOS from the tokenizer"
+    );
     assert_eq!(plain.kind(), PromptKind::Plain);
     assert_eq!(
         plain.render(&chat(), true).unwrap(),

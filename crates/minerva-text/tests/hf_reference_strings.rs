@@ -146,3 +146,24 @@ fn stop_strings_spanning_tokens_are_held_back_and_cut() {
     assert_eq!(out, "ends with \nUs");
     assert_eq!(d.stopped(), None);
 }
+
+#[test]
+fn invalid_byte_sequences_are_not_held_forever() {
+    // A lone UTF-8 lead byte followed by plain text: the text still streams, matching a full decode.
+    let tok = Tokenizer::from_folder(&fixtures().join("gpt_oss/f32")).unwrap();
+    let lead = tok.token_to_id("ã").expect("byte-level symbol of 0xE3");
+    let mut ids = vec![lead];
+    ids.extend(tok.encode(" and some more words after it", false).unwrap());
+    let pieces = stream(&tok, &ids, true);
+    assert_eq!(pieces.concat(), tok.decode(&ids, true).unwrap());
+    assert!(
+        pieces[..ids.len()].concat().contains("words"),
+        "text was held until the end: {pieces:?}"
+    );
+    // Only lead bytes: everything comes out by the end.
+    let ids = vec![lead; 3];
+    assert_eq!(
+        stream(&tok, &ids, true).concat(),
+        tok.decode(&ids, true).unwrap()
+    );
+}
