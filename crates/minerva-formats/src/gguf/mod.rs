@@ -58,9 +58,10 @@ pub fn open(path: &Path) -> Result<Checkpoint> {
             ));
         }
     }
-    let dir = path
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
     Checkpoint::from_parts(Format::Gguf, dir, files, maps, entries, metadata, None)
 }
 
