@@ -15,15 +15,17 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Every dump written by the script, with the GGUF it describes.
+/// Every dump written by the script (the folder also holds other formats' dumps, which have
+/// no `gguf` field), with the GGUF it describes.
 fn dumps() -> Vec<(PathBuf, Value)> {
     let mut out: Vec<_> = std::fs::read_dir(fixtures().join("dequant"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .map(|p| {
+        .filter_map(|p| {
             let dump = read_json(&p);
-            (fixtures().join(dump["gguf"].as_str().unwrap()), dump)
+            let gguf = fixtures().join(dump.get("gguf")?.as_str()?);
+            Some((gguf, dump))
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
