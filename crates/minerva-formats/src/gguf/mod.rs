@@ -51,7 +51,8 @@ pub fn open(path: &Path) -> Result<Checkpoint> {
             return Err(FormatError::malformed(
                 &parts[0],
                 format!(
-                    "split.tensors.count is {want:?}, the {} parts hold {} tensors",
+                    "split.tensors.count is {}, the {} parts hold {} tensors",
+                    shown(want),
                     parts.len(),
                     entries.len()
                 ),
@@ -98,11 +99,19 @@ fn check_split_keys(md: &Metadata, index: usize, count: usize, path: &Path) -> R
         Err(FormatError::malformed(
             path,
             format!(
-                "split keys say part {no:?} of {n:?}; the file name says part {} of {count}",
+                "split.no is {}, split.count is {}; the file name says part {} of {count} \
+                 (split.no counts from 0)",
+                shown(no),
+                shown(n),
                 index + 1
             ),
         ))
     }
+}
+
+/// A key's value for messages.
+fn shown(v: Option<u64>) -> String {
+    v.map_or_else(|| "absent".to_string(), |n| n.to_string())
 }
 
 /// The checkpoint entries of one file's tensor infos (shape reversed to outermost first).
