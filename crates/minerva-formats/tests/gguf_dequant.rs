@@ -22,17 +22,11 @@ fn dumps() -> Vec<(PathBuf, Value)> {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
-<<<<<<< HEAD
-        .map(|p| read_json(&p))
-        // The folder also holds the MLX and HF-MXFP4 dumps; GGUF dumps name their file.
-        .filter_map(|dump| Some((fixtures().join(dump.get("gguf")?.as_str()?), dump)))
-=======
         .filter_map(|p| {
             let dump = read_json(&p);
             let gguf = fixtures().join(dump.get("gguf")?.as_str()?);
             Some((gguf, dump))
         })
->>>>>>> gguf
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
