@@ -109,7 +109,12 @@ fn several_models_are_listed_not_guessed() {
             "mlx-4bit"
         ]
     );
-    assert_eq!(found.iter().filter(|c| c.format == Format::Gguf).count(), 3);
+    let formats: Vec<Format> = found.iter().map(|c| c.format).collect();
+    use Format::*;
+    assert_eq!(
+        formats,
+        [Safetensors, Safetensors, Safetensors, Gguf, Gguf, Gguf, Mlx]
+    );
     let err = Checkpoint::open(&llama).unwrap_err().to_string();
     assert!(
         err.contains("7 models") && err.contains("mlx-4bit") && err.contains("llama-Q4_0.gguf"),
