@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "minerva", version, about = "Run and compare local LLMs in GGUF, SafeTensors and MLX formats")]
+#[command(
+    name = "minerva",
+    version,
+    about = "Run and compare local LLMs in GGUF, SafeTensors and MLX formats"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
