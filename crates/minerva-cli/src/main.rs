@@ -20,12 +20,18 @@ struct Cli {
 enum Command {
     /// Show what a model file or folder holds: format, architecture, dtypes, memory.
     Info(commands::info::Args),
+    /// Turn text into token ids with the model's own tokenizer.
+    Tokenize(commands::tokenize::Args),
+    /// Render a conversation with the model's chat template.
+    Template(commands::template::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => commands::info::run(args),
+        Command::Tokenize(args) => commands::tokenize::run(args),
+        Command::Template(args) => commands::template::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

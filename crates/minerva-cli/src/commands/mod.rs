@@ -1,3 +1,5 @@
 //! One module per subcommand; each has clap `Args` and a `run` returning a user-facing error.
 
 pub mod info;
+pub mod template;
+pub mod tokenize;
