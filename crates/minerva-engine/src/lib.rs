@@ -1,1 +1,11 @@
 //! The engine: one transformer over a Backend trait, the CPU and GPU backends, generation sessions.
+
+pub mod arch;
+pub mod backend;
+pub mod error;
+pub mod model;
+pub mod rope;
+
+pub use backend::Backend;
+pub use error::{EngineError, Result};
+pub use model::{KvCache, Model};
