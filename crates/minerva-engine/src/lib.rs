@@ -2,10 +2,12 @@
 
 pub mod arch;
 pub mod backend;
+pub mod cpu;
 pub mod error;
 pub mod model;
 pub mod rope;
 
 pub use backend::Backend;
+pub use cpu::CpuBackend;
 pub use error::{EngineError, Result};
 pub use model::{KvCache, Model};
