@@ -6,8 +6,12 @@ pub mod cpu;
 pub mod error;
 pub mod model;
 pub mod rope;
+pub mod sampler;
+pub mod session;
 
 pub use backend::Backend;
 pub use cpu::CpuBackend;
 pub use error::{EngineError, Result};
 pub use model::{KvCache, Model};
+pub use sampler::{Sampler, SamplerConfig};
+pub use session::{Event, Request, Session, SessionHandle, Stats, StopReason, TokenText};
