@@ -82,17 +82,22 @@ impl Model {
     /// Reads the spec, maps and uploads the weights, and allocates the step buffers.
     pub fn load(ckpt: &Checkpoint, backend: Box<dyn Backend>) -> Result<Model> {
         let spec = ckpt.spec()?;
-        Self::load_with_spec(ckpt, spec, backend)
+        Self::load_with_spec(ckpt, spec, backend, DEFAULT_MAX_BATCH)
     }
 
-    /// As [`Model::load`], with a spec given by the caller.
+    /// As [`Model::load`], with a spec given by the caller and the most tokens one forward
+    /// step processes (longer prompts are prefilled in chunks of it).
     pub fn load_with_spec(
         ckpt: &Checkpoint,
         spec: ModelSpec,
         mut backend: Box<dyn Backend>,
+        max_batch: usize,
     ) -> Result<Model> {
+        if max_batch == 0 {
+            return Err(EngineError::Invalid("max_batch must be at least 1".into()));
+        }
         let weights = load_weights(ckpt, &spec, backend.as_mut())?;
-        Self::assemble(spec, weights, backend, DEFAULT_MAX_BATCH)
+        Self::assemble(spec, weights, backend, max_batch)
     }
 
     fn assemble(
