@@ -69,9 +69,19 @@ fn argmax(row: &[f32]) -> u32 {
 /// continuation (free-running, or teacher-forced where a step is a near tie) and the logits of
 /// every greedy step.
 fn check(fixture: &str, max_batch: usize) {
+    check_with(fixture, max_batch, |_| {});
+}
+
+/// As `check`, with a change to the spec read from the checkpoint.
+fn check_with(
+    fixture: &str,
+    max_batch: usize,
+    adjust: impl FnOnce(&mut minerva_formats::ModelSpec),
+) {
     let dir = Path::new(FIXTURES).join(fixture);
     let ckpt = Checkpoint::open(model_path(&dir)).unwrap_or_else(|e| panic!("{fixture}: {e}"));
-    let spec = ckpt.spec().unwrap_or_else(|e| panic!("{fixture}: {e}"));
+    let mut spec = ckpt.spec().unwrap_or_else(|e| panic!("{fixture}: {e}"));
+    adjust(&mut spec);
     let vocab = spec.vocab_size;
     // The gpt-oss references also hold the YaRN variant with a rounded correction range:
     // compare with the one the spec asks for.
@@ -90,6 +100,7 @@ fn check(fixture: &str, max_batch: usize) {
     let mut cache = model.new_cache(ids.len() + greedy.len()).unwrap();
     let logits = model.score(&mut cache, &ids).unwrap();
     let d = max_abs_diff(&logits, &want_logits);
+    eprintln!("{fixture}: prompt logits max abs diff {d:.2e} (yarn truncated: {truncated})");
     assert!(d <= TOL, "{fixture}: prompt logits differ by {d}");
     model.free_cache(cache);
 
@@ -196,4 +207,16 @@ fn gpt_oss_gguf_mxfp4_moe() {
 #[test]
 fn gpt_oss_f32_chunked_prefill() {
     check("gpt_oss/f32", 3);
+}
+
+/// YaRN with the correction range rounded (llama.cpp's and mlx-lm's variant) against the
+/// reference computed by transformers with `truncate: true`.
+#[test]
+fn gpt_oss_f32_yarn_truncated() {
+    check_with("gpt_oss/f32", DEFAULT_MAX_BATCH, |spec| {
+        match &mut spec.rope.scaling {
+            RopeScaling::Yarn { truncate, .. } => *truncate = true,
+            other => panic!("gpt-oss spec without YaRN: {other:?}"),
+        }
+    });
 }
