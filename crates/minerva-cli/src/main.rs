@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "minerva", version, about = "Run and compare local LLMs in GGUF, SafeTensors and MLX formats")]
+#[command(
+    name = "minerva",
+    version,
+    about = "Run and compare local LLMs in GGUF, SafeTensors and MLX formats"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,12 +20,15 @@ struct Cli {
 enum Command {
     /// Show what a model file or folder holds: format, architecture, dtypes, memory.
     Info(commands::info::Args),
+    /// Write the logits of one forward pass over given token ids.
+    Score(commands::score::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => commands::info::run(args),
+        Command::Score(args) => commands::score::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

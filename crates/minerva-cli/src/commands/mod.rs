@@ -1,3 +1,4 @@
 //! One module per subcommand; each has clap `Args` and a `run` returning a user-facing error.
 
 pub mod info;
+pub mod score;
