@@ -58,6 +58,11 @@ pub struct Stats {
 pub trait TokenText: Send {
     /// Text completed by this token (may be empty while a multi-byte character is pending).
     fn push(&mut self, id: u32) -> String;
+
+    /// Text still held back when the generation ends.
+    fn finish(&mut self) -> String {
+        String::new()
+    }
 }
 
 /// No text: events carry ids only.
@@ -72,8 +77,15 @@ impl TokenText for NoText {
 /// What a session streams.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    Token { id: u32, text: String },
-    Done { stats: Stats },
+    Token {
+        id: u32,
+        text: String,
+    },
+    /// Text the detokenizer held back until the end (sent before `Done`, only when not empty).
+    Text(String),
+    Done {
+        stats: Stats,
+    },
     Error(String),
 }
 

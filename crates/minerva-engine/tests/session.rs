@@ -130,6 +130,7 @@ fn streams_from_its_own_thread_and_cancels() {
             Event::Token { id, .. } => ids.push(id),
             Event::Done { stats } => break stats,
             Event::Error(e) => panic!("{e}"),
+            Event::Text(_) => {}
         }
     };
     assert_eq!(ids.len(), 5);
@@ -154,6 +155,7 @@ fn streams_from_its_own_thread_and_cancels() {
             }
             Event::Done { stats } => break stats,
             Event::Error(e) => panic!("{e}"),
+            Event::Text(_) => {}
         }
     };
     assert_eq!(stats.stop_reason, StopReason::Cancelled);
