@@ -69,16 +69,4 @@ fn score_errors_are_clear() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("token id 9999"));
-    let o = run(&[
-        "score",
-        model.to_str().unwrap(),
-        "--ids",
-        "1,2",
-        "--out",
-        "/tmp/x.safetensors",
-        "--backend",
-        "gpu",
-    ]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("GPU backend not available"));
 }
