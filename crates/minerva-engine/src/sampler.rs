@@ -42,6 +42,12 @@ impl SamplerConfig {
     pub fn is_plain_argmax(&self) -> bool {
         self.is_greedy() && self.repetition_penalty == 1.0
     }
+
+    /// How many best candidates decide the choice, when that is fewer than the vocabulary
+    /// (top-k without a repetition penalty): a backend's top-k read then suffices.
+    pub fn candidates(&self) -> Option<usize> {
+        (self.top_k > 0 && self.repetition_penalty == 1.0).then_some(self.top_k)
+    }
 }
 
 /// SplitMix64: a small, well-mixed generator; plenty for sampling and fully reproducible.
@@ -94,6 +100,15 @@ impl Sampler {
             }
         }
         dist.last().map_or(0, |d| d.0)
+    }
+
+    /// As `sample`, from the best candidates only (`(id, logit)`, at least
+    /// `config.candidates()` of them, best first); the same choice as `sample` over all logits
+    /// for the same seed.
+    pub fn sample_candidates(&mut self, candidates: &[(u32, f32)]) -> u32 {
+        let logits: Vec<f32> = candidates.iter().map(|c| c.1).collect();
+        let i = self.sample(&logits, &[]) as usize;
+        candidates.get(i).map_or(0, |c| c.0)
     }
 
     /// The distribution `sample` draws from: (token, probability), most likely first. Greedy
@@ -264,6 +279,32 @@ mod tests {
         l[4] *= 2.0; // negative: multiplied
         let want = softmax(&l);
         assert!(max_deviation(cfg, &[0, 4, 0], &want) < TOL);
+    }
+
+    #[test]
+    fn candidates_give_the_same_choices() {
+        let logits: Vec<f32> = (0..300)
+            .map(|i| ((i * 7919 % 1000) as f32 / 150.0).sin() * 3.0)
+            .collect();
+        let cfg = SamplerConfig {
+            temperature: 0.9,
+            top_k: 20,
+            top_p: 0.9,
+            min_p: 0.02,
+            seed: 11,
+            ..Default::default()
+        };
+        let mut order: Vec<u32> = (0..300).collect();
+        order.sort_by(|&a, &b| logits[b as usize].partial_cmp(&logits[a as usize]).unwrap());
+        let cands: Vec<(u32, f32)> = order[..20]
+            .iter()
+            .map(|&i| (i, logits[i as usize]))
+            .collect();
+        let (mut full, mut top) = (Sampler::new(cfg.clone()), Sampler::new(cfg));
+        let a: Vec<u32> = (0..500).map(|_| full.sample(&logits, &[])).collect();
+        let b: Vec<u32> = (0..500).map(|_| top.sample_candidates(&cands)).collect();
+        assert_eq!(a, b);
+        assert!(a.iter().collect::<std::collections::BTreeSet<_>>().len() > 3);
     }
 
     #[test]

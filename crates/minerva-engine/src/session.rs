@@ -184,6 +184,9 @@ impl Session {
             }
             let id = if sampler.config.is_plain_argmax() {
                 self.model.argmax()?
+            } else if let Some(k) = sampler.config.candidates() {
+                let candidates = self.model.top_k(k)?;
+                sampler.sample_candidates(&candidates)
             } else {
                 let logits = self.model.last_logits()?;
                 sampler.sample(&logits, &history)
