@@ -197,3 +197,47 @@ fn stop_tokens_end_the_turn() {
     assert_eq!(stats.stop_reason, StopReason::Stop);
     assert_eq!(ids, free[..=first_stop]);
 }
+
+/// Sliding-window layers kept as short rings (steps of 2 tokens: a ring of 9 for gpt-oss's
+/// window of 8) continue a conversation in place, and start over when an edit reaches back
+/// further than the ring holds — with the same logits either way.
+#[test]
+fn window_rings_continue_or_start_over() {
+    let fixture = "gpt_oss/f32";
+    let ckpt = minerva_formats::Checkpoint::open(Path::new(FIXTURES).join(fixture)).unwrap();
+    let spec = ckpt.spec().unwrap();
+    let m = Model::load_with_spec(&ckpt, spec, Box::new(CpuBackend::new()), 2).unwrap();
+    let mut s = Session::new(m, 256, 0.0).unwrap();
+    let prompt: Vec<u32> = PROMPT[1..].iter().map(|t| t + 4).collect();
+    let (reply, _) = run(&mut s, &request(prompt.clone(), 6));
+    let mut turn2 = prompt.clone();
+    turn2.extend(&reply);
+    turn2.extend([334, 227]);
+    assert_eq!(s.prefill(&turn2).unwrap(), 3);
+    let d = max_abs_diff(
+        &s.last_logits().unwrap(),
+        &fresh_last_logits(fixture, &turn2),
+    );
+    assert!(d < 1e-4, "continued: logits differ by {d}");
+
+    // Back by 8 tokens: the ring of 9 no longer holds the window before the edit.
+    let cut = turn2.len() - 8;
+    let mut edited = turn2[..cut].to_vec();
+    edited.push((turn2[cut] + 1) % 500);
+    assert_eq!(s.prefill(&edited).unwrap(), edited.len());
+    let d = max_abs_diff(
+        &s.last_logits().unwrap(),
+        &fresh_last_logits(fixture, &edited),
+    );
+    assert!(d < 1e-4, "restarted: logits differ by {d}");
+
+    // Back by 1 token: within the ring, only the edited token is computed.
+    let mut edited2 = edited.clone();
+    *edited2.last_mut().unwrap() = (edited[cut] + 1) % 500;
+    assert_eq!(s.prefill(&edited2).unwrap(), 1);
+    let d = max_abs_diff(
+        &s.last_logits().unwrap(),
+        &fresh_last_logits(fixture, &edited2),
+    );
+    assert!(d < 1e-4, "rewound: logits differ by {d}");
+}
