@@ -142,8 +142,10 @@ pub struct KvSpec {
     pub head_dim: usize,
     /// Largest position + 1 the cache must serve.
     pub ctx: usize,
-    /// Sliding-window layers may keep only the last `window` positions (plus one step's
-    /// worth of new tokens, `max_batch`).
+    /// A sliding-window layer may keep fewer than `ctx` positions, but at least the last
+    /// `min(ctx, window + max_batch − 1)`: a step writes its up to `max_batch` keys before its
+    /// first query reads the `window` keys before it. The transformer relies on no more when it
+    /// rewinds a conversation.
     pub window: Option<usize>,
     pub max_batch: usize,
 }

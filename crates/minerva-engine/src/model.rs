@@ -162,7 +162,7 @@ impl Model {
         let mut kv = Vec::with_capacity(spec.n_layers);
         let mut ring = None;
         for l in 0..spec.n_layers {
-            let window = self.window(l);
+            let window = layer_window(&self.spec, l);
             if let Some(w) = window {
                 ring = Some((w, w + self.max_batch - 1));
             }
@@ -187,13 +187,6 @@ impl Model {
     pub fn free_cache(&mut self, cache: KvCache) {
         for kv in cache.kv {
             self.backend.free_kv(kv);
-        }
-    }
-
-    fn window(&self, l: usize) -> Option<usize> {
-        match (self.spec.sliding_layers.get(l), self.spec.sliding_window) {
-            (Some(true), Some(w)) => Some(w),
-            _ => None,
         }
     }
 
@@ -294,10 +287,7 @@ impl Model {
             };
             b.rope(q, n, pos, &self.rope)?;
             b.rope(k, n, pos, &self.rope)?;
-            let window = match (spec.sliding_layers.get(l), spec.sliding_window) {
-                (Some(true), Some(w)) => Some(w),
-                _ => None,
-            };
+            let window = layer_window(spec, l);
             let p = AttnParams {
                 n,
                 pos,
@@ -367,5 +357,13 @@ impl Model {
         )?;
         b.matmul(s.h, &w.output, all, n)?;
         b.read_rows(all, 0, n)
+    }
+}
+
+/// The attention window of layer `l`, if it is a sliding-window layer.
+fn layer_window(spec: &ModelSpec, l: usize) -> Option<usize> {
+    match (spec.sliding_layers.get(l), spec.sliding_window) {
+        (Some(true), Some(w)) => Some(w),
+        _ => None,
     }
 }
