@@ -96,6 +96,10 @@ impl Model {
         if max_batch == 0 {
             return Err(EngineError::Invalid("max_batch must be at least 1".into()));
         }
+        check_spec(&spec).map_err(|what| EngineError::Weights {
+            model: ckpt.main_path().display().to_string(),
+            what,
+        })?;
         let weights = load_weights(ckpt, &spec, backend.as_mut())?;
         Self::assemble(spec, weights, backend, max_batch)
     }
@@ -366,4 +370,33 @@ fn layer_window(spec: &ModelSpec, l: usize) -> Option<usize> {
         (Some(true), Some(w)) => Some(w),
         _ => None,
     }
+}
+
+/// The relations between sizes the ops rely on (the weight shapes, checked against the file
+/// when they are mapped, bound the sizes themselves).
+fn check_spec(s: &ModelSpec) -> std::result::Result<(), String> {
+    if s.n_heads == 0 || s.n_kv_heads == 0 || s.n_heads % s.n_kv_heads != 0 {
+        return Err(format!(
+            "{} attention heads cannot share {} KV heads",
+            s.n_heads, s.n_kv_heads
+        ));
+    }
+    if s.head_dim == 0 || s.rope.dim == 0 || s.rope.dim % 2 != 0 || s.rope.dim > s.head_dim {
+        return Err(format!(
+            "RoPE over {} of {} head dimensions",
+            s.rope.dim, s.head_dim
+        ));
+    }
+    if s.sliding_window == Some(0) {
+        return Err("sliding window of 0 tokens".into());
+    }
+    if let Some(m) = &s.moe {
+        if m.experts_per_token == 0 || m.experts_per_token > m.n_experts {
+            return Err(format!(
+                "{} experts per token of {}",
+                m.experts_per_token, m.n_experts
+            ));
+        }
+    }
+    Ok(())
 }
