@@ -22,6 +22,10 @@ enum Command {
     Info(commands::info::Args),
     /// Write the logits of one forward pass over given token ids.
     Score(commands::score::Args),
+    /// Generate from a prompt, streaming the text (or one JSON object with --json).
+    Run(commands::run::Args),
+    /// Chat with a model in the terminal.
+    Chat(commands::chat::Args),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +33,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info(args) => commands::info::run(args),
         Command::Score(args) => commands::score::run(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Chat(args) => commands::chat::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -314,3 +314,33 @@ impl Drop for SessionHandle {
         }
     }
 }
+
+/// Streaming text through a `minerva_text` tokenizer.
+pub struct TextStream {
+    tokenizer: Arc<minerva_text::Tokenizer>,
+    detok: minerva_text::Detokenizer,
+}
+
+impl TextStream {
+    /// `skip_special`: leave special tokens out of the text.
+    pub fn new(tokenizer: Arc<minerva_text::Tokenizer>, skip_special: bool) -> TextStream {
+        TextStream {
+            tokenizer,
+            detok: minerva_text::Detokenizer::new(skip_special),
+        }
+    }
+}
+
+impl TokenText for TextStream {
+    fn push(&mut self, id: u32) -> String {
+        // An id the tokenizer cannot decode shows as the replacement character, not an error:
+        // the ids themselves are still reported.
+        self.detok
+            .push(&self.tokenizer, id)
+            .unwrap_or_else(|_| "\u{FFFD}".to_string())
+    }
+
+    fn finish(&mut self) -> String {
+        self.detok.finish(&self.tokenizer).unwrap_or_default()
+    }
+}
