@@ -35,7 +35,7 @@ pub struct AttentionWeights {
 #[derive(Debug, Clone, PartialEq)]
 pub enum FfnWeights {
     Dense(GatedFfn),
-    Moe(MoeBlock),
+    Moe(Box<MoeBlock>),
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -68,6 +68,6 @@ pub fn layer(ld: &mut Loader, l: usize) -> Result<LayerWeights> {
         attn_norm,
         attn,
         ffn_norm,
-        ffn: FfnWeights::Moe(block),
+        ffn: FfnWeights::Moe(Box::new(block)),
     })
 }
