@@ -20,6 +20,10 @@ struct Cli {
 enum Command {
     /// Show what a model file or folder holds: format, architecture, dtypes, memory.
     Info(commands::info::Args),
+    /// Turn text into token ids with the model's own tokenizer.
+    Tokenize(commands::tokenize::Args),
+    /// Render a conversation with the model's chat template.
+    Template(commands::template::Args),
     /// Write the logits of one forward pass over given token ids.
     Score(commands::score::Args),
     /// Generate from a prompt, streaming the text (or one JSON object with --json).
@@ -32,6 +36,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => commands::info::run(args),
+        Command::Tokenize(args) => commands::tokenize::run(args),
+        Command::Template(args) => commands::template::run(args),
         Command::Score(args) => commands::score::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Chat(args) => commands::chat::run(args),

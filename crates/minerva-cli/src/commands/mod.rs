@@ -4,3 +4,5 @@ pub mod chat;
 pub mod info;
 pub mod run;
 pub mod score;
+pub mod template;
+pub mod tokenize;
