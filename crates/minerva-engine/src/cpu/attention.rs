@@ -2,6 +2,7 @@
 
 use crate::backend::{AttnParams, KvSpec};
 use crate::cpu::matmul::dot;
+use crate::cpu::PARALLEL_WORK;
 use rayon::prelude::*;
 
 /// One layer's keys and values, `[cap, n_kv_heads · head_dim]` each. Position p lives in slot
@@ -48,37 +49,41 @@ impl KvStore {
         let group = p.n_heads / p.n_kv_heads.max(1);
         let q_width = p.n_heads * hd;
         let (kc, vc, cap) = (&self.k, &self.v, self.cap);
-        out[..p.n * q_width]
-            .par_chunks_mut(hd)
-            .enumerate()
-            .for_each(|(idx, o)| {
-                let (t, h) = (idx / p.n_heads, idx % p.n_heads);
-                let kvh = h / group.max(1);
-                let pos = p.pos + t;
-                let first = p.window.map_or(0, |win| (pos + 1).saturating_sub(win));
-                let qh = &q[t * q_width + h * hd..t * q_width + (h + 1) * hd];
-                let scores: Vec<f32> = (first..=pos)
-                    .map(|j| {
-                        let s = (j % cap) * w + kvh * hd;
-                        dot(qh, &kc[s..s + hd]) * p.scale
-                    })
-                    .collect();
-                let sink = sinks.map(|s| s[h]);
-                let max = scores
-                    .iter()
-                    .copied()
-                    .chain(sink)
-                    .fold(f32::NEG_INFINITY, f32::max);
-                let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-                let denom = exps.iter().sum::<f32>() + sink.map_or(0.0, |s| (s - max).exp());
-                o.fill(0.0);
-                for (j, e) in (first..=pos).zip(&exps) {
+        let work = p.n * p.n_heads * hd * (p.pos + p.n).min(self.cap);
+        let head = |(idx, o): (usize, &mut [f32])| {
+            let (t, h) = (idx / p.n_heads, idx % p.n_heads);
+            let kvh = h / group.max(1);
+            let pos = p.pos + t;
+            let first = p.window.map_or(0, |win| (pos + 1).saturating_sub(win));
+            let qh = &q[t * q_width + h * hd..t * q_width + (h + 1) * hd];
+            let scores: Vec<f32> = (first..=pos)
+                .map(|j| {
                     let s = (j % cap) * w + kvh * hd;
-                    let wgt = e / denom;
-                    for (oo, vv) in o.iter_mut().zip(&vc[s..s + hd]) {
-                        *oo += wgt * vv;
-                    }
+                    dot(qh, &kc[s..s + hd]) * p.scale
+                })
+                .collect();
+            let sink = sinks.map(|s| s[h]);
+            let max = scores
+                .iter()
+                .copied()
+                .chain(sink)
+                .fold(f32::NEG_INFINITY, f32::max);
+            let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+            let denom = exps.iter().sum::<f32>() + sink.map_or(0.0, |s| (s - max).exp());
+            o.fill(0.0);
+            for (j, e) in (first..=pos).zip(&exps) {
+                let s = (j % cap) * w + kvh * hd;
+                let wgt = e / denom;
+                for (oo, vv) in o.iter_mut().zip(&vc[s..s + hd]) {
+                    *oo += wgt * vv;
                 }
-            });
+            }
+        };
+        let out = &mut out[..p.n * q_width];
+        if work >= PARALLEL_WORK {
+            out.par_chunks_mut(hd).enumerate().for_each(head);
+        } else {
+            out.chunks_mut(hd).enumerate().for_each(head);
+        }
     }
 }

@@ -3,9 +3,9 @@
 //! cores with rayon.
 
 use crate::backend::{Linear, MatView, VecRef};
+use crate::cpu::map_tasks;
 use crate::error::{EngineError, Result};
 use minerva_formats::{dequantize_rows, TensorView};
-use rayon::prelude::*;
 
 /// Output rows decoded per task: enough work per task, a small buffer per task.
 const ROWS_PER_TASK: usize = 16;
@@ -86,29 +86,29 @@ pub fn linear(
         input_major(x, n, w, m, rows, row_len, out)?;
     } else {
         let base = m.matrix * rows;
-        let blocks: Vec<Vec<f32>> = (0..out_dim.div_ceil(ROWS_PER_TASK))
-            .into_par_iter()
-            .map(|blk| {
-                let j0 = blk * ROWS_PER_TASK;
-                let nr = ROWS_PER_TASK.min(out_dim - j0);
-                let mut wrows = vec![0f32; nr * row_len];
-                if m.stride == 1 {
-                    dequantize_rows(w, base + m.offset + j0, nr, &mut wrows)?;
-                } else {
-                    for (r, dst) in wrows.chunks_exact_mut(row_len).enumerate() {
-                        dequantize_rows(w, base + m.offset + (j0 + r) * m.stride, 1, dst)?;
-                    }
+        let work = n * out_dim * in_dim;
+        let blocks: Vec<Vec<f32>> = map_tasks(out_dim.div_ceil(ROWS_PER_TASK), work, |blk| {
+            let j0 = blk * ROWS_PER_TASK;
+            let nr = ROWS_PER_TASK.min(out_dim - j0);
+            let mut wrows = vec![0f32; nr * row_len];
+            if m.stride == 1 {
+                dequantize_rows(w, base + m.offset + j0, nr, &mut wrows)?;
+            } else {
+                for (r, dst) in wrows.chunks_exact_mut(row_len).enumerate() {
+                    dequantize_rows(w, base + m.offset + (j0 + r) * m.stride, 1, dst)?;
                 }
-                let mut res = vec![0f32; nr * n];
-                for t in 0..n {
-                    let xt = &x[t * in_dim..(t + 1) * in_dim];
-                    for (r, wr) in wrows.chunks_exact(row_len).enumerate() {
-                        res[t * nr + r] = dot(xt, wr);
-                    }
+            }
+            let mut res = vec![0f32; nr * n];
+            for t in 0..n {
+                let xt = &x[t * in_dim..(t + 1) * in_dim];
+                for (r, wr) in wrows.chunks_exact(row_len).enumerate() {
+                    res[t * nr + r] = dot(xt, wr);
                 }
-                Ok(res)
-            })
-            .collect::<Result<_>>()?;
+            }
+            Ok(res)
+        })
+        .into_iter()
+        .collect::<Result<_>>()?;
         for (blk, res) in blocks.iter().enumerate() {
             let j0 = blk * ROWS_PER_TASK;
             let nr = res.len() / n.max(1);
@@ -143,26 +143,25 @@ fn input_major(
     let (in_dim, out_dim) = (m.in_dim, m.out_dim);
     let tasks = rayon::current_num_threads().max(1);
     let per = in_dim.div_ceil(tasks).max(1);
-    let partials: Vec<Vec<f32>> = (0..in_dim.div_ceil(per))
-        .into_par_iter()
-        .map(|c| {
-            let i0 = c * per;
-            let ni = per.min(in_dim - i0);
-            let mut wrows = vec![0f32; ni * row_len];
-            dequantize_rows(w, m.matrix * rows + i0, ni, &mut wrows)?;
-            let mut acc = vec![0f32; n * out_dim];
-            for t in 0..n {
-                let a = &mut acc[t * out_dim..(t + 1) * out_dim];
-                for (i, wr) in wrows.chunks_exact(row_len).enumerate() {
-                    let xi = x[t * in_dim + i0 + i];
-                    for (j, o) in a.iter_mut().enumerate() {
-                        *o += xi * wr[m.offset + j * m.stride];
-                    }
+    let partials: Vec<Vec<f32>> = map_tasks(in_dim.div_ceil(per), n * out_dim * in_dim, |c| {
+        let i0 = c * per;
+        let ni = per.min(in_dim - i0);
+        let mut wrows = vec![0f32; ni * row_len];
+        dequantize_rows(w, m.matrix * rows + i0, ni, &mut wrows)?;
+        let mut acc = vec![0f32; n * out_dim];
+        for t in 0..n {
+            let a = &mut acc[t * out_dim..(t + 1) * out_dim];
+            for (i, wr) in wrows.chunks_exact(row_len).enumerate() {
+                let xi = x[t * in_dim + i0 + i];
+                for (j, o) in a.iter_mut().enumerate() {
+                    *o += xi * wr[m.offset + j * m.stride];
                 }
             }
-            Ok(acc)
-        })
-        .collect::<Result<_>>()?;
+        }
+        Ok(acc)
+    })
+    .into_iter()
+    .collect::<Result<_>>()?;
     out.fill(0.0);
     for p in &partials {
         for (o, v) in out.iter_mut().zip(p) {

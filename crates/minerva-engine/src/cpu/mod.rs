@@ -15,6 +15,24 @@ use crate::error::{EngineError, Result};
 use attention::KvStore;
 use minerva_formats::{dequantize_rows, Activation, DType, RopeStyle, TensorData, TensorView};
 
+/// Below this many multiply-adds an op runs on the calling thread: handing small work to the
+/// thread pool costs more than it saves.
+pub(crate) const PARALLEL_WORK: usize = 1 << 18;
+
+/// `f(0) .. f(n)`, on the thread pool when `work` (multiply-adds) is worth it.
+pub(crate) fn map_tasks<T: Send>(
+    n: usize,
+    work: usize,
+    f: impl Fn(usize) -> T + Sync + Send,
+) -> Vec<T> {
+    use rayon::prelude::*;
+    if work >= PARALLEL_WORK {
+        (0..n).into_par_iter().map(f).collect()
+    } else {
+        (0..n).map(f).collect()
+    }
+}
+
 /// A weight's bytes as stored (copied out of the memory map, so the backend owns them).
 struct Stored {
     name: String,
