@@ -220,3 +220,29 @@ fn gpt_oss_f32_yarn_truncated() {
         }
     });
 }
+
+/// A long prompt runs its products and attention on the thread pool, single decode steps on
+/// the calling thread: both must give the same logits.
+#[test]
+fn long_prefill_agrees_with_token_by_token_decoding() {
+    for fixture in ["llama/f32", "gpt_oss/f32"] {
+        let ckpt = Checkpoint::open(Path::new(FIXTURES).join(fixture)).unwrap();
+        let mut model = Model::load(&ckpt, Box::new(CpuBackend::new())).unwrap();
+        let vocab = model.spec.vocab_size as u32;
+        let ids: Vec<u32> = (0..200u32).map(|i| (i * 37 + 11) % vocab).collect();
+        let mut cache = model.new_cache(256).unwrap();
+        let all = model.score(&mut cache, &ids).unwrap();
+        let mut cache = model.new_cache(256).unwrap();
+        model.prefill(&mut cache, &ids[..150]).unwrap();
+        for (k, &id) in ids[150..].iter().enumerate() {
+            model.prefill(&mut cache, &[id]).unwrap();
+            let row = 150 + k;
+            let want = &all[row * vocab as usize..(row + 1) * vocab as usize];
+            let d = max_abs_diff(&model.last_logits().unwrap(), want);
+            assert!(
+                d < 1e-4,
+                "{fixture}: position {row}: decode and prefill differ by {d}"
+            );
+        }
+    }
+}
