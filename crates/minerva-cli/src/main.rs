@@ -24,6 +24,12 @@ enum Command {
     Tokenize(commands::tokenize::Args),
     /// Render a conversation with the model's chat template.
     Template(commands::template::Args),
+    /// Write the logits of one forward pass over given token ids.
+    Score(commands::score::Args),
+    /// Generate from a prompt, streaming the text (or one JSON object with --json).
+    Run(commands::run::Args),
+    /// Chat with a model in the terminal.
+    Chat(commands::chat::Args),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +38,9 @@ fn main() -> ExitCode {
         Command::Info(args) => commands::info::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Template(args) => commands::template::run(args),
+        Command::Score(args) => commands::score::run(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Chat(args) => commands::chat::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
