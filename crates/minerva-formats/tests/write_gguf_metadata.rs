@@ -50,11 +50,10 @@ fn every_metadata_type_round_trips() {
         "a.weight",
         vec![3, 5],
         DType::F32,
-        Source::Rows(Box::new(|f, n, o: &mut [f32]| {
+        Source::Rows(Box::new(|f, _, o: &mut [f32]| {
             for (i, v) in o.iter_mut().enumerate() {
                 *v = (f * 5 + i) as f32;
             }
-            let _ = n;
             Ok(())
         })),
     );
