@@ -150,6 +150,7 @@ pub fn model(shape: &Shape, seed: u64) -> Model<'static> {
                 rows: rows(seed, id, row_len, init),
                 stored: None,
                 gguf_order: false,
+                chunk_rows: 1,
             }
         })
         .collect();

@@ -158,10 +158,18 @@ fn llama3_scaling_of(factors: &[f32], config: &Value, path: &std::path::Path) ->
     let s = json!({"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                    "original_max_position_embeddings": 8192});
     let again = super::model::llama3_rope_factors(&s, theta, dim);
-    if again.len() == factors.len() && again.iter().zip(factors).all(|(a, b)| (a - b).abs() <= 1e-3 * b.abs().max(1.0)) {
+    if again.len() == factors.len()
+        && again
+            .iter()
+            .zip(factors)
+            .all(|(a, b)| (a - b).abs() <= 1e-3 * b.abs().max(1.0))
+    {
         Ok(s)
     } else {
-        Err(FormatError::unsupported(path, "rope_freqs.weight holds RoPE factors that no llama3 scaling parameters reproduce"))
+        Err(FormatError::unsupported(
+            path,
+            "rope_freqs.weight holds RoPE factors that no llama3 scaling parameters reproduce",
+        ))
     }
 }
 
@@ -315,6 +323,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                         rows,
                         stored: stored(&v),
                         gguf_order: true,
+                        chunk_rows: 1,
                     });
                 } else {
                     tensors.push(ModelTensor {
@@ -322,6 +331,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                         shape,
                         stored: stored(&v),
                         gguf_order: false,
+                        chunk_rows: 1,
                         rows: view_rows(v),
                     });
                 }
@@ -366,6 +376,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                         shape: v.shape.clone(),
                         stored: stored(&v),
                         gguf_order: false,
+                        chunk_rows: 1,
                         rows: view_rows(v),
                     });
                     continue;
@@ -404,6 +415,9 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                             let bias = base.ends_with("_bias");
                             for (pick, role) in [(0, Role::ExpGate), (1, Role::ExpUp)] {
                                 let (shape, rows) = gate_up_part(v.clone(), pick);
+                                // The dense layout transposes whole experts to produce rows.
+                                let transposes = !bias && v.dtype != DType::HfMxfp4;
+                                let chunk_rows = if transposes { shape[1] } else { 1 };
                                 tensors.push(ModelTensor {
                                     id: TensorId {
                                         role,
@@ -414,23 +428,26 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                                     rows,
                                     stored: None,
                                     gguf_order: false,
+                                    chunk_rows,
                                 });
                             }
                             continue;
                         }
                         "mlp.experts.down_proj" => {
-                            let (shape, rows, stored) = if v.dtype == DType::HfMxfp4 {
-                                (v.shape.clone(), view_rows(v.clone()), None)
+                            let (shape, rows, chunk_rows) = if v.dtype == DType::HfMxfp4 {
+                                (v.shape.clone(), view_rows(v.clone()), 1)
                             } else {
                                 let (s, r) = transposed_down(v.clone());
-                                (s, r, None)
+                                let per_expert = s[1];
+                                (s, r, per_expert)
                             };
                             tensors.push(ModelTensor {
                                 id: TensorId::layer(Role::ExpDown, layer),
                                 shape,
                                 rows,
-                                stored,
+                                stored: None,
                                 gguf_order: false,
+                                chunk_rows,
                             });
                             continue;
                         }
@@ -440,6 +457,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                                 shape: v.shape.clone(),
                                 stored: stored(&v),
                                 gguf_order: false,
+                                chunk_rows: 1,
                                 rows: view_rows(v),
                             });
                             continue;
@@ -463,6 +481,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                     rows,
                     stored: None,
                     gguf_order: false,
+                    chunk_rows: 1,
                 });
             }
             let chat_template = ck

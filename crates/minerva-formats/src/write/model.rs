@@ -27,11 +27,21 @@ pub struct ModelTensor<'a> {
     /// in canonical row order, or in GGUF q/k row order when `gguf_order` is set.
     pub stored: Option<(DType, Vec<&'a [u8]>)>,
     pub gguf_order: bool,
+    /// Reads are cheapest in chunks of this many rows (whole experts for sources that must
+    /// transpose an expert to produce any of its rows).
+    pub chunk_rows: usize,
 }
 
-impl ModelTensor<'_> {
+impl<'a> ModelTensor<'a> {
     fn row_len(&self) -> usize {
         self.shape.last().copied().unwrap_or(1)
+    }
+
+    /// An output tensor reading this one's canonical rows.
+    fn out(&self, name: String, dtype: DType, source: Source<'a>) -> OutTensor<'a> {
+        let mut t = OutTensor::new(name, self.shape.clone(), dtype, source);
+        t.align_rows = self.chunk_rows.max(1);
+        t
     }
 }
 
@@ -507,7 +517,7 @@ impl<'a> Model<'a> {
                 })),
                 _ => Source::Rows(plain(&t.rows)),
             };
-            out.push(OutTensor::new(name, t.shape.clone(), dtype, source));
+            out.push(t.out(name, dtype, source));
         }
         Ok(out)
     }
@@ -530,7 +540,7 @@ impl<'a> Model<'a> {
                 let name = names::hf_name(self.arch, t.id).ok_or_else(|| {
                     FormatError::unsupported(path, format!("no Hugging Face name for {:?}", t.id))
                 })?;
-                out.push(OutTensor::new(name, t.shape.clone(), dtype, keep(t)));
+                out.push(t.out(name, dtype, keep(t)));
                 continue;
             }
             let layer = t.id.layer.unwrap_or(0);
@@ -647,7 +657,7 @@ impl<'a> Model<'a> {
                 Some((sd, bufs)) if *sd == want && !t.gguf_order => Source::Stored(bufs.clone()),
                 _ => Source::Rows(plain(&t.rows)),
             };
-            out.push(OutTensor::new(name, t.shape.clone(), want, source));
+            out.push(t.out(name, want, source));
         }
         Ok((out, block))
     }
