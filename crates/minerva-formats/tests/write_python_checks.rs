@@ -283,3 +283,60 @@ fn synthetic_models_run_in_transformers_and_mlx_lm_with_the_same_weights() {
         );
     }
 }
+
+/// llama.cpp's GGUF files converted back to Hugging Face folders run in transformers exactly as
+/// the fixtures' references (which were computed from the same dequantized weights): names,
+/// q/k un-permutation, expert layouts and the rebuilt config.json all agree.
+#[test]
+fn gguf_fixtures_converted_to_hf_run_in_transformers_like_their_references() {
+    let fixtures = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures"));
+    let tmp = tempfile::tempdir().unwrap();
+    for (arch, variant) in [
+        ("llama", "gguf-q4_0/llama-Q4_0.gguf"),
+        ("qwen3", "gguf-q8_0/qwen3-Q8_0.gguf"),
+        ("mixtral", "gguf-q4_k_m/mixtral-Q4_K_M.gguf"),
+        ("gpt_oss", "gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf"),
+    ] {
+        let src = fixtures.join(arch).join(variant);
+        let ck = minerva_formats::Checkpoint::open(&src).unwrap();
+        let model = minerva_formats::write::from_checkpoint::model_from_checkpoint(&ck).unwrap();
+        let dir = tmp.path().join(arch);
+        model
+            .write(
+                &parse_target(&model, "safetensors", Some("f32"), None).unwrap(),
+                &dir,
+                &|_| {},
+            )
+            .unwrap();
+        let reference: Value = serde_json::from_str(
+            &std::fs::read_to_string(src.parent().unwrap().join("reference.json")).unwrap(),
+        )
+        .unwrap();
+        let ids: Vec<String> = reference["input_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_string())
+            .collect();
+        let out = tmp.path().join(format!("{arch}.safetensors"));
+        tool(
+            "check_hf.py",
+            &[dir.to_str().unwrap(), &ids.join(","), out.to_str().unwrap()],
+        );
+        let ours = fixture_logits(&out, "logits").unwrap();
+        let want = fixture_logits(
+            &src.parent().unwrap().join("reference.safetensors"),
+            "logits",
+        )
+        .unwrap();
+        let d = ours
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            d < 1e-3,
+            "{arch}: transformers on the converted folder differs from the reference by {d}"
+        );
+    }
+}
