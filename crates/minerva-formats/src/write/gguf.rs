@@ -122,9 +122,7 @@ pub fn write_gguf(
         .map_err(|e| FormatError::io(path, e))?;
     file.set_len(data_start + offset)
         .map_err(|e| FormatError::io(path, e))?;
-    use std::os::unix::fs::FileExt;
-    file.write_all_at(&head, 0)
-        .map_err(|e| FormatError::io(path, e))?;
+    super::stream::write_all_at(&file, &head, 0).map_err(|e| FormatError::io(path, e))?;
     let placed: Vec<Placed> = tensors
         .iter()
         .zip(rel)

@@ -152,11 +152,9 @@ pub fn write_safetensors(
             .map_err(|e| FormatError::io(&path, e))?;
         file.set_len(data_start + offset)
             .map_err(|e| FormatError::io(&path, e))?;
-        use std::os::unix::fs::FileExt;
         let mut head = (text.len() as u64).to_le_bytes().to_vec();
         head.extend_from_slice(&text);
-        file.write_all_at(&head, 0)
-            .map_err(|e| FormatError::io(&path, e))?;
+        super::stream::write_all_at(&file, &head, 0).map_err(|e| FormatError::io(&path, e))?;
         let placed: Vec<Placed> = rel
             .into_iter()
             .map(|(i, offs)| Placed {

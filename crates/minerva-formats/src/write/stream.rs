@@ -7,8 +7,28 @@ use crate::error::{FormatError, Result};
 use crate::quantize;
 use rayon::prelude::*;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
+
+/// Writes all of `buf` at byte `offset` of `file`, from any thread (no shared cursor).
+#[cfg(unix)]
+pub fn write_all_at(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
+}
+
+/// Writes all of `buf` at byte `offset` of `file`, from any thread (no shared cursor).
+#[cfg(windows)]
+pub fn write_all_at(file: &File, mut buf: &[u8], mut offset: u64) -> std::io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        let n = file.seek_write(buf, offset)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        buf = &buf[n..];
+        offset += n as u64;
+    }
+    Ok(())
+}
 
 /// f32 values produced per chunk: large enough to amortize calls, small enough that a chunk
 /// per thread costs little memory.
@@ -76,7 +96,7 @@ fn run_job(file: &File, path: &Path, p: &Placed, job: &Job, progress: Progress) 
         }
     }
     for ((b, off), per) in bufs.iter().zip(&p.offsets).zip(&per_row) {
-        file.write_all_at(b, off + (job.first * per) as u64)
+        write_all_at(file, b, off + (job.first * per) as u64)
             .map_err(|e| FormatError::io(path, e))?;
         progress(b.len() as u64);
     }
