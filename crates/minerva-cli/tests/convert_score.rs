@@ -197,3 +197,51 @@ fn synthetic_formats_hold_the_same_weights_in_the_engine() {
         }
     }
 }
+
+/// Llama 3 RoPE scaling lives in config.json for SafeTensors but in a `rope_freqs.weight`
+/// tensor for GGUF: both must give the same logits, and the scaling must matter.
+#[test]
+fn llama3_rope_scaling_agrees_across_formats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hf = tmp.path().join("llama3-hf");
+    std::fs::create_dir(&hf).unwrap();
+    for entry in std::fs::read_dir(Path::new(FIXTURES).join("llama/f32")).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, hf.join(p.file_name().unwrap())).unwrap();
+    }
+    let config_path = hf.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    // Short original context so that the fixture's head_dim 32 has frequencies in all three
+    // llama3 bands (kept, blended, divided by the factor).
+    config["rope_parameters"] = serde_json::json!({
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16
+    });
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let gguf = tmp.path().join("llama3.gguf");
+    minerva(&[
+        "convert",
+        hf.to_str().unwrap(),
+        "--to",
+        "gguf",
+        "--quant",
+        "f32",
+        "--out",
+        gguf.to_str().unwrap(),
+    ]);
+
+    let ids = ids("llama");
+    let from_hf = score(&hf, &ids, &tmp.path().join("hf.safetensors"));
+    let from_gguf = score(&gguf, &ids, &tmp.path().join("gguf.safetensors"));
+    assert!(
+        max_abs(&from_hf, &from_gguf) < 1e-4,
+        "{}",
+        max_abs(&from_hf, &from_gguf)
+    );
+    assert!(
+        max_abs(&from_hf, &reference("llama/f32")) > 1e-2,
+        "the scaling changed nothing"
+    );
+}

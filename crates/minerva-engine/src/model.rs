@@ -110,7 +110,12 @@ impl Model {
         mut b: Box<dyn Backend>,
         max_batch: usize,
     ) -> Result<Model> {
-        let freqs = rope_freqs(&spec.rope);
+        let mut freqs = rope_freqs(&spec.rope);
+        if let Some(factors) = &weights.rope_factors {
+            for (f, d) in freqs.inv_freq.iter_mut().zip(factors) {
+                *f /= d;
+            }
+        }
         let freq_w = b.upload_f32("rope.inv_freq", &[freqs.inv_freq.len()], &freqs.inv_freq)?;
         let rope = RopeParams {
             freqs: freq_w,

@@ -55,6 +55,9 @@ pub struct ModelWeights {
     /// `[vocab, hidden]`; the embedding itself when tied.
     pub output: Linear,
     pub layers: Vec<LayerWeights>,
+    /// Per-frequency divisors of the RoPE inverse frequencies: llama.cpp stores llama3-style
+    /// scaling as a `rope_freqs.weight` tensor instead of metadata.
+    pub rope_factors: Option<Vec<f32>>,
 }
 
 /// Maps and uploads every weight of `ckpt` for `spec`'s architecture.
@@ -107,11 +110,26 @@ pub fn load_weights(
     let layers = (0..spec.n_layers)
         .map(|l| layer_fn(&mut ld, l))
         .collect::<Result<Vec<_>>>()?;
+    let rope_factors = match ckpt.tensor("rope_freqs.weight") {
+        Some(view) if view.elements() == spec.rope.dim / 2 => {
+            Some(minerva_formats::dequantize(&view).map_err(|e| ld.error(e.to_string()))?)
+        }
+        Some(view) => {
+            return Err(ld.error(format!(
+                "rope_freqs.weight has {} values, RoPE over {} dims needs {}",
+                view.elements(),
+                spec.rope.dim,
+                spec.rope.dim / 2
+            )))
+        }
+        None => None,
+    };
     Ok(ModelWeights {
         embed: embed.weight,
         output_norm,
         output,
         layers,
+        rope_factors,
     })
 }
 
