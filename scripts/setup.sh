@@ -17,4 +17,4 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 command -v cargo >/dev/null || { echo "setup: cargo (Rust) is required: https://rustup.rs" >&2; exit 1; }
-python3 -m pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r tools/requirements.txt
