@@ -1,0 +1,39 @@
+// Plain float weights (f32, f16, bf16). Rows may have any length: values past the row's end
+// decode as zero, so a unit never reads another row.
+#include "common.wgsl"
+#include "weights.wgsl"
+
+fn float_at(e: u32) -> f32 {
+#ifdef DT_F32
+    return bitcast<f32>(w0[e]);
+#endif
+#ifdef DT_F16
+    return f16_bits(w0[e >> 1u] >> ((e & 1u) * 16u));
+#endif
+#ifdef DT_BF16
+    return bf16_bits(w0[e >> 1u] >> ((e & 1u) * 16u));
+#endif
+}
+
+fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
+    var out: Unit;
+    let first = u * 32u;
+    let base = row * cols + first;
+    if (first + 32u <= cols) {
+        for (var k = 0u; k < 8u; k++) {
+            let e = base + 4u * k;
+            out[k] = vec4<f32>(float_at(e), float_at(e + 1u), float_at(e + 2u), float_at(e + 3u));
+        }
+    } else {
+        for (var k = 0u; k < 8u; k++) {
+            var v = vec4<f32>(0.0);
+            for (var j = 0u; j < 4u; j++) {
+                if (first + 4u * k + j < cols) {
+                    v[j] = float_at(base + 4u * k + j);
+                }
+            }
+            out[k] = v;
+        }
+    }
+    return out;
+}

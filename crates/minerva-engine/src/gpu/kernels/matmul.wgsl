@@ -1,0 +1,90 @@
+// Matrix × matrix for prefill: y[t][r] = Σ_c W[r][c] · x[t][c] over a tile of 64 rows × 32 tokens
+// per workgroup. Each step decodes one 32-value unit of 64 weight rows into workgroup memory
+// (DECODER) and loads the matching 32 columns of 32 tokens; 256 threads each own 4 × 2 outputs.
+#include "common.wgsl"
+#include DECODER
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    tokens: u32,
+    x_offset: u32,
+    x_stride: u32,
+    y_offset: u32,
+    y_stride: u32,
+    bias_offset: u32,
+}
+
+@group(0) @binding(3) var<storage, read> x: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<uniform> p: Params;
+#ifdef BIAS
+@group(0) @binding(7) var<storage, read> bias: array<f32>;
+#endif
+
+const TR: u32 = 64u;
+const TT: u32 = 32u;
+const LD: u32 = 33u;
+var<workgroup> ws: array<f32, 2112>; // TR × LD
+var<workgroup> xs: array<f32, 1056>; // TT × LD
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let r0 = wid.x * TR;
+    let t0 = wid.y * TT;
+    let tr = lid % 16u;
+    let tt = lid / 16u;
+    var acc: array<array<f32, 2>, 4>;
+    let units = (p.cols + 31u) / 32u;
+    for (var u = 0u; u < units; u++) {
+        if (lid < TR) {
+            let row = r0 + lid;
+            var w: Unit;
+            if (row < p.rows) {
+                w = load_unit(row, u, p.cols);
+            }
+            for (var k = 0u; k < 8u; k++) {
+                for (var j = 0u; j < 4u; j++) {
+                    ws[lid * LD + 4u * k + j] = w[k][j];
+                }
+            }
+        }
+        for (var j = 0u; j < 4u; j++) {
+            let idx = lid * 4u + j;
+            let ti = idx / 32u;
+            let c = u * 32u + idx % 32u;
+            var v = 0.0;
+            if (t0 + ti < p.tokens && c < p.cols) {
+                v = x[p.x_offset + (t0 + ti) * p.x_stride + c];
+            }
+            xs[ti * LD + idx % 32u] = v;
+        }
+        workgroupBarrier();
+        for (var k = 0u; k < 32u; k++) {
+            let x0 = xs[tt * LD + k];
+            let x1 = xs[(tt + 16u) * LD + k];
+            for (var i = 0u; i < 4u; i++) {
+                let wv = ws[(tr + 16u * i) * LD + k];
+                acc[i][0] += wv * x0;
+                acc[i][1] += wv * x1;
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let row = r0 + tr + 16u * i;
+        if (row >= p.rows) {
+            continue;
+        }
+        for (var j = 0u; j < 2u; j++) {
+            let t = t0 + tt + 16u * j;
+            if (t < p.tokens) {
+                var v = acc[i][j];
+#ifdef BIAS
+                v += bias[p.bias_offset + row];
+#endif
+                y[p.y_offset + t * p.y_stride + row] = v;
+            }
+        }
+    }
+}

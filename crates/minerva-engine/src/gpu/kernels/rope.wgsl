@@ -1,0 +1,51 @@
+// Rotary position embedding, in place on [tokens][heads][head_dim]. Token t sits at position
+// pos0 + t; pair i turns by pos · freq[i] (frequencies with any scaling, from the CPU), and the
+// result is multiplied by `mscale` (YaRN's attention factor; 1 otherwise). HALVES pairs x[i] with
+// x[i + d/2] (Hugging Face); otherwise pairs are adjacent (x[2i], x[2i+1], GGUF llama).
+struct Params {
+    tokens: u32,
+    heads: u32,
+    head_dim: u32,
+    rot_dim: u32,    // rotated dims (≤ head_dim); the rest pass through
+    halves: u32,
+    offset: u32,
+    mscale: f32,
+    _pad: u32,
+}
+
+struct Step {
+    pos0: u32,
+    tokens: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> v: array<f32>;
+@group(0) @binding(1) var<storage, read> freq: array<f32>;
+@group(0) @binding(2) var<uniform> p: Params;
+@group(0) @binding(3) var<uniform> step: Step;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let half = p.rot_dim / 2u;
+    let i = gid.x;
+    let h = gid.y;
+    let t = gid.z;
+    if (i >= half || h >= p.heads || t >= p.tokens) {
+        return;
+    }
+    let base = p.offset + (t * p.heads + h) * p.head_dim;
+    var a = base + 2u * i;
+    var b = a + 1u;
+    if (p.halves != 0u) {
+        a = base + i;
+        b = base + i + half;
+    }
+    let angle = f32(step.pos0 + t) * freq[i];
+    let c = cos(angle) * p.mscale;
+    let s = sin(angle) * p.mscale;
+    let x0 = v[a];
+    let x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x0 * s + x1 * c;
+}

@@ -1,0 +1,108 @@
+//! Compute pipelines built from composed WGSL, once per (file, defines, entry point), plus the
+//! `Dispatch` record that ops produce: a pipeline, its bind group and a grid, ready to record
+//! into any number of compute passes.
+
+use super::context::GpuContext;
+use super::error::{GpuError, GpuResult};
+use super::shader::{compose, Defines};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+type Key = (String, Vec<(String, String)>, String);
+
+#[derive(Default)]
+pub struct Pipelines {
+    cache: Mutex<HashMap<Key, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl Pipelines {
+    pub fn get(
+        &self,
+        ctx: &GpuContext,
+        file: &str,
+        defs: &Defines,
+        entry: &str,
+    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        let key: Key = (
+            file.to_string(),
+            defs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            entry.to_string(),
+        );
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = cache.get(&key) {
+            return Ok(p.clone());
+        }
+        let src = compose(file, defs).map_err(GpuError::Validation)?;
+        let label = format!("{file}:{entry}");
+        let module = ctx
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&label),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+        let pipeline = ctx
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&label),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        ctx.check().map_err(|e| match e {
+            GpuError::Validation(m) => {
+                GpuError::Validation(format!("kernel {label} {defs:?}: {m}"))
+            }
+            other => other,
+        })?;
+        let pipeline = Arc::new(pipeline);
+        cache.insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+}
+
+/// One recorded kernel launch.
+pub struct Dispatch {
+    pub pipeline: Arc<wgpu::ComputePipeline>,
+    pub bind_group: wgpu::BindGroup,
+    pub groups: [u32; 3],
+}
+
+impl Dispatch {
+    /// Binds `entries` (binding index, buffer) to the pipeline's layout.
+    pub fn new(
+        ctx: &GpuContext,
+        pipeline: Arc<wgpu::ComputePipeline>,
+        entries: &[(u32, &wgpu::Buffer)],
+        groups: [u32; 3],
+    ) -> Dispatch {
+        let layout = pipeline.get_bind_group_layout(0);
+        let entries: Vec<wgpu::BindGroupEntry> = entries
+            .iter()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: *i,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &entries,
+        });
+        Dispatch {
+            pipeline,
+            bind_group,
+            groups,
+        }
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass) {
+        if self.groups.iter().any(|&g| g == 0) {
+            return;
+        }
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+    }
+}
