@@ -239,17 +239,20 @@ fn all_dtypes() -> Vec<(DType, usize)> {
 
 /// Runs matvec (3 vectors), matmul (37 tokens) and embedding (5 ids) for one weight and checks
 /// them against the CPU.
-fn check_weight(ctx: Arc<GpuContext>, s: &Stored, want_parts: Option<usize>) {
-    let name = s.dtype.name();
+fn check_stored(ctx: Arc<GpuContext>, s: &Stored, want_parts: Option<usize>) {
     let Some(w_ref) = s.reference() else { return };
-    let view = s.view(vec![s.rows, s.cols]);
-    let w = GpuWeight::upload(&ctx, &view, 1).unwrap();
+    check_weight(ctx, &s.view(vec![s.rows, s.cols]), &w_ref, want_parts);
+}
+
+fn check_weight(ctx: Arc<GpuContext>, view: &TensorView, w_ref: &[f32], want_parts: Option<usize>) {
+    let name = view.dtype.name();
+    let w = GpuWeight::upload(&ctx, view, 1).unwrap();
     if let Some(n) = want_parts {
         assert_eq!(w.parts.len(), n, "{name}: parts");
     }
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(7);
-    let (rows, cols) = (s.rows, s.cols);
+    let (rows, cols) = (view.rows(), view.row_len());
 
     // Decode matvec over a batch of 3 vectors, with offsets and strides.
     let batch = 3;
@@ -269,7 +272,7 @@ fn check_weight(ctx: Arc<GpuContext>, s: &Stored, want_parts: Option<usize>) {
         )
         .unwrap();
     ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
-    let (want, mag) = cpu_matmul(&w_ref, &x, rows, cols, batch);
+    let (want, mag) = cpu_matmul(w_ref, &x, rows, cols, batch);
     for b in 0..batch {
         let got = ctx.read_f32(&ybuf, 1 + b * (rows + 2), rows).unwrap();
         assert_dots_close(
@@ -296,7 +299,7 @@ fn check_weight(ctx: Arc<GpuContext>, s: &Stored, want_parts: Option<usize>) {
         )
         .unwrap();
     ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
-    let (want, mag) = cpu_matmul(&w_ref, &x, rows, cols, tokens);
+    let (want, mag) = cpu_matmul(w_ref, &x, rows, cols, tokens);
     let got = ctx.read_f32(&ybuf, 0, tokens * rows).unwrap();
     assert_dots_close(&format!("{name} matmul"), &got, &want, &mag, 2e-5);
 
@@ -324,7 +327,46 @@ fn every_dtype_matches_the_cpu() {
     let mut rng = Rng::new(1);
     for (dtype, cols) in all_dtypes() {
         let s = make(dtype, 45, cols, &mut rng);
-        check_weight(ctx.clone(), &s, Some(1));
+        check_stored(ctx.clone(), &s, Some(1));
+    }
+}
+
+/// Blocks of every GGUF quant type and their values as decoded by gguf-py
+/// (tools/gpu_block_reference.py).
+#[test]
+fn gguf_blocks_match_gguf_py() {
+    let Some(ctx) = shared() else { return };
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/gpu/ggml_blocks.safetensors"
+    );
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let types = [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::MXFP4,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ];
+    for dtype in types {
+        let blocks = st.tensor(&format!("{}.blocks", dtype.name())).unwrap();
+        let values = st.tensor(&format!("{}.values", dtype.name())).unwrap();
+        let shape = values.shape().to_vec();
+        let w_ref: Vec<f32> = bytemuck::pod_collect_to_vec(values.data());
+        let view = TensorView {
+            name: "w",
+            shape,
+            dtype,
+            data: TensorData::Plain(blocks.data()),
+        };
+        check_weight(ctx.clone(), &view, &w_ref, Some(1));
     }
 }
 
@@ -346,7 +388,7 @@ fn weights_split_across_bindings_give_the_same_results() {
         let widest = s.bufs.iter().map(|b| b.len() / 45).max().unwrap();
         let mut ctx = GpuContext::new(&Default::default()).unwrap();
         ctx.caps.max_binding = (widest * 10 + 4) as u64;
-        check_weight(Arc::new(ctx), &s, Some(5));
+        check_stored(Arc::new(ctx), &s, Some(5));
     }
 }
 
