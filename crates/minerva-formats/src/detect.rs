@@ -1,12 +1,223 @@
-//! Format detection: from a file or a folder to an opened Checkpoint.
+//! Format detection: from a file or a folder to an opened Checkpoint. A path may be a GGUF
+//! file (lone or the first of a split set), a model folder (SafeTensors or MLX, or one holding
+//! a single GGUF as LM Studio lays them out), a Hugging Face cache entry (`models--org--name`),
+//! or a folder of several models, which is refused with the list of what it holds.
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Format};
 use crate::error::{FormatError, Result};
-use std::path::Path;
+use crate::safetensors_reader;
+use std::path::{Path, PathBuf};
+
+/// One model found under a folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelCandidate {
+    /// What to pass to `open`: a GGUF file (the first of a split set) or a model folder.
+    pub path: PathBuf,
+    /// Gguf, or Safetensors for a SafeTensors/MLX folder (`open` tells them apart).
+    pub format: Format,
+}
+
+/// How deep `find_models` looks: LM Studio's root holds `publisher/model/file.gguf`.
+const SEARCH_DEPTH: usize = 3;
 
 pub fn open(path: &Path) -> Result<Checkpoint> {
-    if path.extension().is_some_and(|e| e == "gguf") {
+    let meta = std::fs::metadata(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            FormatError::not_a_model(path, "no such file or folder")
+        } else {
+            FormatError::io(path, e)
+        }
+    })?;
+    if meta.is_file() {
+        return open_file(path);
+    }
+    if let Some(snapshot) = hf_cache_snapshot(path)? {
+        return open(&snapshot);
+    }
+    if safetensors_reader::weight_files(path)?.is_some() {
+        return safetensors_reader::open_dir(path);
+    }
+    let ggufs = gguf_models_in(path);
+    match ggufs.len() {
+        1 => return crate::gguf::open(&ggufs[0]),
+        0 => {}
+        _ => {
+            return Err(several(
+                path,
+                ggufs
+                    .into_iter()
+                    .map(|p| ModelCandidate {
+                        path: p,
+                        format: Format::Gguf,
+                    })
+                    .collect(),
+            ))
+        }
+    }
+    if path.join("config.json").is_file() {
+        return Err(FormatError::not_a_model(
+            path,
+            format!(
+                "config.json but no weights ({}, {} or model-XXXXX-of-XXXXX.safetensors)",
+                safetensors_reader::SINGLE_FILE,
+                safetensors_reader::INDEX_FILE
+            ),
+        ));
+    }
+    let found = find_models(path);
+    match found.len() {
+        0 => Err(FormatError::not_a_model(
+            path,
+            "no GGUF, SafeTensors or MLX model found",
+        )),
+        1 => open(&found[0].path),
+        _ => Err(several(path, found)),
+    }
+}
+
+fn several(path: &Path, found: Vec<ModelCandidate>) -> FormatError {
+    let list: Vec<String> = found
+        .iter()
+        .map(|c| format!("  {} ({})", c.path.display(), c.format.name()))
+        .collect();
+    FormatError::not_a_model(
+        path,
+        format!(
+            "holds {} models; pick one:\n{}",
+            found.len(),
+            list.join("\n")
+        ),
+    )
+}
+
+fn open_file(path: &Path) -> Result<Checkpoint> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name.ends_with(".gguf") {
         return crate::gguf::open(path);
     }
-    Err(FormatError::not_a_model(path, "no GGUF, SafeTensors or MLX model found"))
+    let is_weights = name == safetensors_reader::SINGLE_FILE
+        || name == safetensors_reader::INDEX_FILE
+        || name == "config.json"
+        || (name.starts_with("model-") && name.ends_with(".safetensors"));
+    match path.parent() {
+        Some(dir) if is_weights => open(if dir.as_os_str().is_empty() { Path::new(".") } else { dir }),
+        _ => Err(FormatError::not_a_model(
+            path,
+            "not a model file (expected a .gguf file, model.safetensors, model.safetensors.index.json or a model folder)",
+        )),
+    }
+}
+
+/// `models--org--name` of a Hugging Face cache: its newest `snapshots/<hash>/`.
+fn hf_cache_snapshot(path: &Path) -> Result<Option<PathBuf>> {
+    let is_cache_entry = path
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("models--"));
+    let snapshots = path.join("snapshots");
+    if !is_cache_entry || !snapshots.is_dir() {
+        return Ok(None);
+    }
+    let newest = std::fs::read_dir(&snapshots)
+        .map_err(|e| FormatError::io(&snapshots, e))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max();
+    match newest {
+        Some((_, p)) => Ok(Some(p)),
+        None => Err(FormatError::not_a_model(
+            path,
+            "Hugging Face cache entry with no snapshot",
+        )),
+    }
+}
+
+/// Split GGUF name `x-00002-of-00003.gguf` → (2, 3).
+fn gguf_split(name: &str) -> Option<(usize, usize)> {
+    let stem = name.strip_suffix(".gguf")?;
+    let (head, total) = stem.rsplit_once("-of-")?;
+    let (_, index) = head.rsplit_once('-')?;
+    let num = |s: &str| {
+        if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+            s.parse().ok()
+        } else {
+            None
+        }
+    };
+    Some((num(index)?, num(total)?))
+}
+
+/// The GGUF models directly in a folder: lone files and the first file of each split set.
+fn gguf_models_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            name.ends_with(".gguf") && gguf_split(&name).is_none_or(|(i, _)| i == 1)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every model under `path` (the path itself included), up to three folder levels down:
+/// GGUF files, SafeTensors/MLX folders and Hugging Face cache entries.
+pub fn find_models(path: &Path) -> Vec<ModelCandidate> {
+    let mut found = Vec::new();
+    if path.is_file() {
+        if path.extension().is_some_and(|e| e == "gguf") {
+            found.push(ModelCandidate {
+                path: path.to_path_buf(),
+                format: Format::Gguf,
+            });
+        }
+        return found;
+    }
+    search(path, SEARCH_DEPTH, &mut found);
+    found
+}
+
+fn search(dir: &Path, depth: usize, found: &mut Vec<ModelCandidate>) {
+    if let Ok(Some(snapshot)) = hf_cache_snapshot(dir) {
+        search(&snapshot, 0, found);
+        return;
+    }
+    if matches!(safetensors_reader::weight_files(dir), Ok(Some(_))) {
+        found.push(ModelCandidate {
+            path: dir.to_path_buf(),
+            format: Format::Safetensors,
+        });
+        return;
+    }
+    found.extend(gguf_models_in(dir).into_iter().map(|p| ModelCandidate {
+        path: p,
+        format: Format::Gguf,
+    }));
+    if depth == 0 {
+        return;
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut subdirs: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    subdirs.sort();
+    for sub in subdirs {
+        search(&sub, depth - 1, found);
+    }
 }

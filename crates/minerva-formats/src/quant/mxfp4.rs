@@ -11,7 +11,7 @@ pub const E2M1: [f32; 16] = [
 pub fn e8m0_to_f32(e: u8) -> f32 {
     if e == 0 {
         // 2^-127 is subnormal in f32: build it from bits.
-        f32::from_bits(0x0020_0000)
+        f32::from_bits(0x0040_0000)
     } else {
         f32::from_bits((e as u32) << 23)
     }

@@ -158,7 +158,7 @@ impl ModelSpec {
 /// Builds the spec of an opened checkpoint from its config.json or GGUF metadata.
 pub fn from_checkpoint(ckpt: &Checkpoint) -> Result<ModelSpec> {
     match ckpt.format {
-        Format::Gguf => gguf::from_metadata(&ckpt.metadata, ckpt.main_path()),
+        Format::Gguf => gguf::from_metadata(&ckpt.metadata, &|name| ckpt.contains(name), ckpt.main_path()),
         Format::Safetensors | Format::Mlx => {
             let config = ckpt.config.as_ref().ok_or_else(|| {
                 crate::error::FormatError::not_a_model(&ckpt.dir, "config.json is missing")

@@ -1,0 +1,1 @@
+//! Criterion benchmarks live beside this crate: `cargo bench -p minerva-benches`.
