@@ -5,7 +5,7 @@
 mod gpu_common;
 
 use gpu_common::*;
-use minerva_engine::gpu::{ExpertSel, GpuContext, GpuWeight, Ops, Region};
+use minerva_engine::gpu::{Bias, ExpertSel, GpuContext, GpuWeight, MatSel, Ops, Region};
 use minerva_formats::{dequantize_rows, DType, TensorData, TensorView};
 use std::sync::Arc;
 
@@ -264,6 +264,7 @@ fn check_weight(ctx: Arc<GpuContext>, view: &TensorView, w_ref: &[f32], want_par
     let d = ops
         .matvec(
             &w,
+            &MatSel::whole(&w),
             Region::new(&xbuf, 5, cols as u32),
             Region::new(&ybuf, 1, rows as u32 + 2),
             batch as u32,
@@ -292,6 +293,7 @@ fn check_weight(ctx: Arc<GpuContext>, view: &TensorView, w_ref: &[f32], want_par
     let d = ops
         .matmul(
             &w,
+            &MatSel::whole(&w),
             Region::new(&xbuf, 0, cols as u32),
             Region::new(&ybuf, 0, rows as u32),
             tokens as u32,
@@ -422,13 +424,27 @@ fn expert_matvec_reads_expert_ids_from_the_gpu() {
         );
         let yb = ctx.storage("y", (4 * rows * 4) as u64);
         let sel = ExpertSel { ids: &ib, x_div: 2 };
+        let bias_sel = Bias {
+            buf: &bb,
+            offset: 0,
+            expert_stride: rows as u32,
+        };
+        let all = MatSel {
+            matrix: 0,
+            offset: 0,
+            stride: 1,
+            out_dim: rows,
+            in_dim: cols,
+            input_major: false,
+        };
         let d = ops
             .matvec(
                 &w,
+                &all,
                 Region::new(&xb, 0, cols as u32),
                 Region::new(&yb, 0, rows as u32),
                 4,
-                Some(&bb),
+                Some(bias_sel),
                 Some(sel),
             )
             .unwrap();
@@ -455,5 +471,162 @@ fn expert_matvec_reads_expert_ids_from_the_gpu() {
                 2e-5,
             );
         }
+    }
+}
+
+/// Interleaved outputs (every other stored row, as in gpt-oss's fused gate_up) of one matrix of
+/// a stacked weight, split across parts and stored output-major; and the same outputs of an
+/// input-major ([in][out]) float weight, with and without experts.
+#[test]
+fn strided_views_and_input_major_weights() {
+    if device().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(5);
+    let (mats, out_all, cols) = (3usize, 22usize, 64usize);
+    let s = make(DType::Q8_0, mats * out_all, cols, &mut rng);
+    let w_ref = s.reference().unwrap();
+    let x = rng.vec(2 * cols);
+    for split in [false, true] {
+        let mut ctx = GpuContext::new(&Default::default()).unwrap();
+        if split {
+            // 7 rows per part: parts cut matrices and the strided rows.
+            ctx.caps.max_binding = (7 * 68 + 4) as u64;
+        }
+        let ctx = Arc::new(ctx);
+        let ops = Ops::new(ctx.clone());
+        let w = GpuWeight::upload(&ctx, &s.view(vec![mats, out_all, cols]), 1).unwrap();
+        for (matrix, offset) in [(1usize, 1usize), (2, 0)] {
+            let sel = MatSel {
+                matrix,
+                offset,
+                stride: 2,
+                out_dim: out_all / 2,
+                in_dim: cols,
+                input_major: false,
+            };
+            let rows: Vec<usize> = (0..sel.out_dim)
+                .map(|j| matrix * out_all + offset + 2 * j)
+                .collect();
+            let wsel: Vec<f32> = rows
+                .iter()
+                .flat_map(|&r| w_ref[r * cols..(r + 1) * cols].to_vec())
+                .collect();
+            let (want, mag) = cpu_matmul(&wsel, &x, sel.out_dim, cols, 2);
+            let xb = ctx.storage_with("x", &x);
+            let yb = ctx.storage("y", (2 * sel.out_dim * 4) as u64);
+            let y = Region::new(&yb, 0, sel.out_dim as u32);
+            let mv = ops
+                .matvec(&w, &sel, Region::new(&xb, 0, cols as u32), y, 2, None, None)
+                .unwrap();
+            ctx.submit(&mv.iter().collect::<Vec<_>>()).unwrap();
+            assert_dots_close(
+                &format!("strided matvec split={split}"),
+                &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
+                &want,
+                &mag,
+                2e-5,
+            );
+            let mm = ops
+                .matmul(&w, &sel, Region::new(&xb, 0, cols as u32), y, 2, None)
+                .unwrap();
+            ctx.submit(&mm.iter().collect::<Vec<_>>()).unwrap();
+            assert_dots_close(
+                &format!("strided matmul split={split}"),
+                &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
+                &want,
+                &mag,
+                2e-5,
+            );
+        }
+    }
+
+    // Input-major f32: matrices [in = 40][out = 22]; view odd outputs of matrix 2, then by experts.
+    let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx.clone());
+    let (inp, outn) = (40usize, 22usize);
+    let vals = rng.vec(mats * inp * outn);
+    let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let view = TensorView {
+        name: "experts.gate_up_proj",
+        shape: vec![mats, inp, outn],
+        dtype: DType::F32,
+        data: TensorData::Plain(&bytes),
+    };
+    let w = GpuWeight::upload(&ctx, &view, inp).unwrap();
+    let x = rng.vec(2 * inp);
+    let xb = ctx.storage_with("x", &x);
+    let column = |m: usize, j: usize| -> Vec<f32> {
+        (0..inp)
+            .map(|c| vals[m * inp * outn + c * outn + j])
+            .collect()
+    };
+    let sel = MatSel {
+        matrix: 2,
+        offset: 1,
+        stride: 2,
+        out_dim: outn / 2,
+        in_dim: inp,
+        input_major: true,
+    };
+    let wsel: Vec<f32> = (0..sel.out_dim)
+        .flat_map(|j| column(2, 1 + 2 * j))
+        .collect();
+    let (want, mag) = cpu_matmul(&wsel, &x, sel.out_dim, inp, 2);
+    let yb = ctx.storage("y", (2 * sel.out_dim * 4) as u64);
+    let y = Region::new(&yb, 0, sel.out_dim as u32);
+    let mv = ops
+        .matvec(&w, &sel, Region::new(&xb, 0, inp as u32), y, 2, None, None)
+        .unwrap();
+    ctx.submit(&mv.iter().collect::<Vec<_>>()).unwrap();
+    assert_dots_close(
+        "input-major matvec",
+        &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
+        &want,
+        &mag,
+        2e-5,
+    );
+    let mm = ops
+        .matmul(&w, &sel, Region::new(&xb, 0, inp as u32), y, 2, None)
+        .unwrap();
+    ctx.submit(&mm.iter().collect::<Vec<_>>()).unwrap();
+    assert_dots_close(
+        "input-major matmul",
+        &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
+        &want,
+        &mag,
+        2e-5,
+    );
+    // Experts 0 and 2 for the two vectors.
+    let ids = ctx.storage_with("ids", &[0u32, 2]);
+    let sel = MatSel { matrix: 0, ..sel };
+    let mv = ops
+        .matvec(
+            &w,
+            &sel,
+            Region::new(&xb, 0, inp as u32),
+            y,
+            2,
+            None,
+            Some(ExpertSel {
+                ids: &ids,
+                x_div: 1,
+            }),
+        )
+        .unwrap();
+    ctx.submit(&mv.iter().collect::<Vec<_>>()).unwrap();
+    let got = ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap();
+    for (z, m) in [0usize, 2].into_iter().enumerate() {
+        let wsel: Vec<f32> = (0..sel.out_dim)
+            .flat_map(|j| column(m, 1 + 2 * j))
+            .collect();
+        let (want, mag) = cpu_matmul(&wsel, &x[z * inp..(z + 1) * inp], sel.out_dim, inp, 1);
+        assert_dots_close(
+            &format!("input-major expert {m}"),
+            &got[z * sel.out_dim..(z + 1) * sel.out_dim],
+            &want,
+            &mag,
+            2e-5,
+        );
     }
 }

@@ -10,5 +10,5 @@ pub mod weights;
 
 pub use context::{Capabilities, GpuContext, GpuOptions};
 pub use error::{GpuError, GpuResult};
-pub use ops::{AttnShape, Eltwise, ExpertSel, KvCache, Ops, Region, Step};
+pub use ops::{AttnShape, Bias, Eltwise, ExpertSel, KvCache, MatSel, Ops, Region, Step};
 pub use weights::GpuWeight;

@@ -4,7 +4,7 @@
 //! shared `Step` uniform.
 
 use super::context::GpuContext;
-use super::error::GpuResult;
+use super::error::{GpuError, GpuResult};
 use super::pipelines::{Dispatch, Pipelines};
 use super::shader::{defines, Defines};
 use super::weights::GpuWeight;
@@ -63,11 +63,136 @@ pub struct ExpertSel<'a> {
     pub x_div: u32,
 }
 
+/// Which matrix of a weight, and which of its outputs, a product uses: output j is stored
+/// output `offset + j · stride` of matrix `matrix` (experts: the matrix comes from the ids).
+/// `input_major` weights store each matrix as [in_dim][outputs] (float dtypes only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatSel {
+    pub matrix: usize,
+    pub offset: usize,
+    pub stride: usize,
+    pub out_dim: usize,
+    pub in_dim: usize,
+    pub input_major: bool,
+}
+
+impl MatSel {
+    /// All rows of a 2-D [rows, cols] weight.
+    pub fn whole(w: &GpuWeight) -> MatSel {
+        MatSel {
+            matrix: 0,
+            offset: 0,
+            stride: 1,
+            out_dim: w.rows,
+            in_dim: w.cols,
+            input_major: false,
+        }
+    }
+}
+
+/// An f32 bias: the buffer, the element offset of output 0, and (experts) values per expert.
+#[derive(Clone, Copy)]
+pub struct Bias<'a> {
+    pub buf: &'a wgpu::Buffer,
+    pub offset: u32,
+    pub expert_stride: u32,
+}
+
+/// The dispatch of one weight part: outputs j_lo..j_hi read stored rows from `row_base` of it.
+struct PartRange {
+    part: usize,
+    j_lo: usize,
+    j_hi: usize,
+    row_base: usize,
+}
+
+impl GpuWeight {
+    /// Stored rows (or, input-major, output columns) per matrix.
+    fn matrix_rows(&self, input_major: bool) -> usize {
+        if input_major {
+            self.cols
+        } else if self.shape.len() >= 2 {
+            self.shape[self.shape.len() - 2]
+        } else {
+            1
+        }
+    }
+
+    fn matrices(&self) -> usize {
+        let n = self.shape.len();
+        if n >= 3 {
+            self.shape[..n - 2].iter().product()
+        } else {
+            1
+        }
+    }
+
+    fn check_sel(&self, sel: &MatSel) -> GpuResult<()> {
+        let bad = |reason: String| {
+            Err(GpuError::Unsupported {
+                tensor: self.name.clone(),
+                reason,
+            })
+        };
+        let mrows = self.matrix_rows(sel.input_major);
+        let in_dim = if sel.input_major {
+            self.rows / self.matrices()
+        } else {
+            self.cols
+        };
+        if sel.input_major && (!self.dtype.is_float() || self.parts.len() != 1) {
+            return bad(format!(
+                "input-major {} split in {} parts",
+                self.dtype.name(),
+                self.parts.len()
+            ));
+        }
+        let last = sel.offset + sel.out_dim.saturating_sub(1) * sel.stride;
+        if sel.matrix >= self.matrices() || last >= mrows || sel.in_dim != in_dim || sel.stride == 0
+        {
+            return bad(format!("view {sel:?} of a {:?} weight", self.shape));
+        }
+        Ok(())
+    }
+
+    /// Per part, the outputs of `sel` whose stored rows it holds.
+    fn ranges(&self, sel: &MatSel) -> Vec<PartRange> {
+        let base = sel.matrix * self.matrix_rows(sel.input_major) + sel.offset;
+        let mut out = Vec::new();
+        for (i, p) in self.parts.iter().enumerate() {
+            let (first, end) = (p.first_row, p.first_row + p.rows);
+            let j_lo = if first > base {
+                (first - base).div_ceil(sel.stride)
+            } else {
+                0
+            };
+            let j_hi = if end > base {
+                (end - base).div_ceil(sel.stride).min(sel.out_dim)
+            } else {
+                0
+            };
+            if j_lo < j_hi {
+                out.push(PartRange {
+                    part: i,
+                    j_lo,
+                    j_hi,
+                    row_base: base + j_lo * sel.stride - first,
+                });
+            }
+        }
+        out
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct MatvecParams {
     rows: u32,
     cols: u32,
+    row_base: u32,
+    row_stride: u32,
+    matrix_rows: u32,
+    bias_stride: u32,
     x_offset: u32,
     x_stride: u32,
     x_div: u32,
@@ -91,6 +216,9 @@ struct MatmulParams {
     y_offset: u32,
     y_stride: u32,
     bias_offset: u32,
+    row_base: u32,
+    row_stride: u32,
+    _pad: [u32; 2],
 }
 
 #[repr(C)]
@@ -187,6 +315,8 @@ pub const ATTN_CHUNK: u32 = 256;
 pub enum Eltwise {
     /// y += a
     Add,
+    /// y = a
+    Copy,
     /// y = silu(a) · b
     SwiGlu,
     /// gpt-oss: y = (clamp(b, −7, 7) + 1) · g · σ(1.702 g), g = min(a, 7)
@@ -282,21 +412,32 @@ impl Ops {
         Dispatch::new(&self.ctx, pipe, entries, groups)
     }
 
-    /// y[z] = W · x[z] (+ bias) for `batch` vectors; with `experts`, W is [experts, rows, cols] and
-    /// batch item z uses expert ids[z] (bias then [experts, rows]).
+    fn weight_defines(&self, w: &GpuWeight, sel: &MatSel) -> Defines {
+        let mut d = w.decoder();
+        if sel.input_major {
+            d.insert("INPUT_MAJOR".into(), String::new());
+            d.insert("IN_STRIDE".into(), format!("{}u", w.cols));
+        }
+        d
+    }
+
+    /// y[z] = W · x[z] (+ bias) for `batch` vectors over the outputs `sel` picks; with
+    /// `experts`, batch item z uses matrix ids[z] (and bias values ids[z] · expert_stride on).
     pub fn matvec(
         &self,
         w: &GpuWeight,
+        sel: &MatSel,
         x: Region,
         y: Region,
         batch: u32,
-        bias: Option<&wgpu::Buffer>,
+        bias: Option<Bias>,
         experts: Option<ExpertSel>,
     ) -> GpuResult<Vec<Dispatch>> {
+        w.check_sel(sel)?;
         let tpr = MATVEC_WG / MATVEC_RPW;
         let caps = self.ctx.caps;
         let mut d = with(
-            w.decoder(),
+            self.weight_defines(w, sel),
             &[
                 ("WG", format!("{MATVEC_WG}u")),
                 ("RPW", format!("{MATVEC_RPW}u")),
@@ -312,42 +453,43 @@ impl Ops {
             d.insert("BIAS".into(), String::new());
         }
         let pipe = self.pipeline("matvec.wgsl", &d, "main")?;
-        let n_experts = if experts.is_some() {
-            w.shape.first().copied().unwrap_or(1).max(1)
+        let mrows = w.matrix_rows(sel.input_major);
+        // Stored rows per matrix (parts hold whole matrices when used with experts).
+        let stored = if sel.input_major { sel.in_dim } else { mrows }.max(1);
+        // Experts: every part runs every item and skips those whose matrix it does not hold.
+        let ranges = if experts.is_some() {
+            (0..w.parts.len())
+                .map(|i| PartRange {
+                    part: i,
+                    j_lo: 0,
+                    j_hi: sel.out_dim,
+                    row_base: sel.offset,
+                })
+                .collect()
         } else {
-            1
+            w.ranges(sel)
         };
-        let expert_rows = w.rows / n_experts;
         let mut out = Vec::new();
-        for part in &w.parts {
-            let rows = if experts.is_some() {
-                expert_rows
-            } else {
-                part.rows
-            };
-            let groups = (rows as u32).div_ceil(MATVEC_RPW);
-            let (gx, gy) = grid2(groups);
+        for r in ranges {
+            let part = &w.parts[r.part];
+            let rows = (r.j_hi - r.j_lo) as u32;
+            let (gx, gy) = grid2(rows.div_ceil(MATVEC_RPW));
             let params = MatvecParams {
-                rows: rows as u32,
-                cols: w.cols as u32,
+                rows,
+                cols: sel.in_dim as u32,
+                row_base: r.row_base as u32,
+                row_stride: sel.stride as u32,
+                matrix_rows: mrows as u32,
+                bias_stride: bias.map(|b| b.expert_stride).unwrap_or(0),
                 x_offset: x.offset,
                 x_stride: x.stride,
                 x_div: experts.map(|e| e.x_div.max(1)).unwrap_or(1),
-                y_offset: y.offset
-                    + if experts.is_some() {
-                        0
-                    } else {
-                        part.first_row as u32
-                    },
+                y_offset: y.offset + r.j_lo as u32,
                 y_stride: y.stride,
-                expert_first: (part.first_row / expert_rows.max(1)) as u32,
-                expert_count: (part.rows / expert_rows.max(1)) as u32,
+                expert_first: (part.first_row / stored) as u32,
+                expert_count: (part.rows / stored) as u32,
                 groups_x: gx,
-                bias_offset: if experts.is_some() {
-                    0
-                } else {
-                    part.first_row as u32
-                },
+                bias_offset: bias.map(|b| b.offset).unwrap_or(0) + r.j_lo as u32,
                 _pad: 0,
             };
             let ub = self.ctx.uniform("matvec params", &params);
@@ -361,39 +503,47 @@ impl Ops {
             if let Some(e) = &experts {
                 entries.push((6, e.ids));
             }
-            if let Some(b) = bias {
-                entries.push((7, b));
+            if let Some(b) = &bias {
+                entries.push((7, b.buf));
             }
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, batch]));
         }
         Ok(out)
     }
 
-    /// y[t] = W · x[t] (+ bias) for `tokens` rows of x: the tiled prefill kernel.
+    /// y[t] = W · x[t] (+ bias) for `tokens` rows of x over the outputs `sel` picks: the tiled
+    /// prefill kernel.
     pub fn matmul(
         &self,
         w: &GpuWeight,
+        sel: &MatSel,
         x: Region,
         y: Region,
         tokens: u32,
-        bias: Option<&wgpu::Buffer>,
+        bias: Option<Bias>,
     ) -> GpuResult<Vec<Dispatch>> {
-        let mut d = w.decoder();
+        w.check_sel(sel)?;
+        let mut d = self.weight_defines(w, sel);
         if bias.is_some() {
             d.insert("BIAS".into(), String::new());
         }
         let pipe = self.pipeline("matmul.wgsl", &d, "main")?;
         let mut out = Vec::new();
-        for part in &w.parts {
+        for r in w.ranges(sel) {
+            let part = &w.parts[r.part];
+            let rows = (r.j_hi - r.j_lo) as u32;
             let params = MatmulParams {
-                rows: part.rows as u32,
-                cols: w.cols as u32,
+                rows,
+                cols: sel.in_dim as u32,
                 tokens,
                 x_offset: x.offset,
                 x_stride: x.stride,
-                y_offset: y.offset + part.first_row as u32,
+                y_offset: y.offset + r.j_lo as u32,
                 y_stride: y.stride,
-                bias_offset: part.first_row as u32,
+                bias_offset: bias.map(|b| b.offset).unwrap_or(0) + r.j_lo as u32,
+                row_base: r.row_base as u32,
+                row_stride: sel.stride as u32,
+                _pad: [0; 2],
             };
             let ub = self.ctx.uniform("matmul params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = part
@@ -403,13 +553,13 @@ impl Ops {
                 .map(|(i, b)| (i as u32, b))
                 .collect();
             entries.extend([(3, x.buf), (4, y.buf), (5, &ub)]);
-            if let Some(b) = bias {
-                entries.push((7, b));
+            if let Some(b) = &bias {
+                entries.push((7, b.buf));
             }
             out.push(self.dispatch(
                 pipe.clone(),
                 &entries,
-                [(part.rows as u32).div_ceil(64), tokens.div_ceil(32), 1],
+                [rows.div_ceil(64), tokens.div_ceil(32), 1],
             ));
         }
         Ok(out)
@@ -517,7 +667,7 @@ impl Ops {
         ))
     }
 
-    /// An element-wise op over `rows` rows of `n` values (b unused by Add).
+    /// An element-wise op over `rows` rows of `n` values (b unused by Add and Copy).
     pub fn eltwise(
         &self,
         op: Eltwise,
@@ -529,14 +679,16 @@ impl Ops {
     ) -> GpuResult<Dispatch> {
         let flag = match op {
             Eltwise::Add => "OP_ADD",
+            Eltwise::Copy => "OP_COPY",
             Eltwise::SwiGlu => "OP_SWIGLU",
             Eltwise::GluOss => "OP_GLU_OSS",
         };
-        let pipe = self.pipeline(
-            "elementwise.wgsl",
-            &defines(&[(flag, String::new())]),
-            "main",
-        )?;
+        let one_input = matches!(op, Eltwise::Add | Eltwise::Copy);
+        let mut d = defines(&[(flag, String::new())]);
+        if one_input {
+            d.insert("ONE_INPUT".into(), String::new());
+        }
+        let pipe = self.pipeline("elementwise.wgsl", &d, "main")?;
         let bb = b.unwrap_or(a);
         let params = EltParams {
             n,
@@ -550,7 +702,7 @@ impl Ops {
         };
         let ub = self.ctx.uniform("eltwise params", &params);
         let mut entries = vec![(0, a.buf), (2, y.buf), (3, &ub)];
-        if op != Eltwise::Add {
+        if !one_input {
             entries.push((1, bb.buf));
         }
         let (gx, gy) = grid2((n * rows).div_ceil(256));

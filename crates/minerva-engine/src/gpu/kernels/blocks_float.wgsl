@@ -1,5 +1,7 @@
 // Plain float weights (f32, f16, bf16). Rows may have any length: values past the row's end
-// decode as zero, so a unit never reads another row.
+// decode as zero, so a unit never reads another row. With INPUT_MAJOR the stored matrices are
+// [inputs][IN_STRIDE outputs] (Hugging Face gpt-oss experts): "row" m·IN_STRIDE + j is output column j of
+// matrix m, and its `cols` inputs are IN_STRIDE apart.
 #include "common.wgsl"
 #include "weights.wgsl"
 
@@ -18,6 +20,20 @@ fn float_at(e: u32) -> f32 {
 fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
     var out: Unit;
     let first = u * 32u;
+#ifdef INPUT_MAJOR
+    let m = row / IN_STRIDE;
+    let base0 = m * cols * IN_STRIDE + first * IN_STRIDE + row % IN_STRIDE;
+    for (var k = 0u; k < 8u; k++) {
+        var v = vec4<f32>(0.0);
+        for (var j = 0u; j < 4u; j++) {
+            if (first + 4u * k + j < cols) {
+                v[j] = float_at(base0 + (4u * k + j) * IN_STRIDE);
+            }
+        }
+        out[k] = v;
+    }
+    return out;
+#else
     let base = row * cols + first;
     if (first + 32u <= cols) {
         for (var k = 0u; k < 8u; k++) {
@@ -36,4 +52,5 @@ fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
         }
     }
     return out;
+#endif
 }

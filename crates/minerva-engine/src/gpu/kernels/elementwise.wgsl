@@ -1,4 +1,4 @@
-// Element-wise ops over rows of n values (tokens × n): ADD (y += a), SWIGLU (y = silu(a) · b) and
+// Element-wise ops over rows of n values (tokens × n): ADD (y += a), COPY (y = a), SWIGLU (y = silu(a) · b) and
 // GLU_OSS, gpt-oss's clamped variant: y = (clamp(b, −7, 7) + 1) · g · σ(1.702 g), g = min(a, 7).
 // Each operand has its own offset and row stride, so halves of one buffer can be operands.
 struct Params {
@@ -13,7 +13,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
-#ifndef OP_ADD
+#ifndef ONE_INPUT
 @group(0) @binding(1) var<storage, read> b: array<f32>;
 #endif
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
@@ -31,6 +31,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let yi = p.y_offset + r * p.y_stride + c;
 #ifdef OP_ADD
     y[yi] += av;
+#endif
+#ifdef OP_COPY
+    y[yi] = av;
 #endif
 #ifdef OP_SWIGLU
     let bv = b[p.b_offset + r * p.b_stride + c];

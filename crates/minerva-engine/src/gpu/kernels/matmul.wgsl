@@ -13,6 +13,10 @@ struct Params {
     y_offset: u32,
     y_stride: u32,
     bias_offset: u32,
+    row_base: u32,      // output r reads stored row row_base + r · row_stride of the part
+    row_stride: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(3) var<storage, read> x: array<f32>;
@@ -41,7 +45,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let row = r0 + lid;
             var w: Unit;
             if (row < p.rows) {
-                w = load_unit(row, u, p.cols);
+                w = load_unit(p.row_base + row * p.row_stride, u, p.cols);
             }
             for (var k = 0u; k < 8u; k++) {
                 for (var j = 0u; j < 4u; j++) {

@@ -7,8 +7,12 @@
 #include DECODER
 
 struct Params {
-    rows: u32,          // output rows of this part (per expert with MOE)
+    rows: u32,          // outputs of this dispatch
     cols: u32,
+    row_base: u32,      // output j reads stored row row_base + j · row_stride (of the part,
+    row_stride: u32,    // plus the expert's matrix with MOE)
+    matrix_rows: u32,   // MOE: stored rows per expert matrix
+    bias_stride: u32,   // MOE: bias values per expert
     x_offset: u32,
     x_stride: u32,      // elements between consecutive x vectors
     x_div: u32,         // batch item z reads x vector z / x_div
@@ -48,13 +52,13 @@ fn main(
     let row = (wid.x + wid.y * p.groups_x) * RPW + r_local;
     let z = wid.z;
     var live = row < p.rows;
-    var w_row = row;
+    var w_row = p.row_base + row * p.row_stride;
     var b_row = row;
 #ifdef MOE
     let e = ids[z];
     live = live && e >= p.expert_first && e < p.expert_first + p.expert_count;
-    w_row = (e - p.expert_first) * p.rows + row;
-    b_row = e * p.rows + row;
+    w_row += (e - p.expert_first) * p.matrix_rows;
+    b_row += e * p.bias_stride;
 #endif
     let xb = p.x_offset + (z / p.x_div) * p.x_stride;
     let units = select(0u, (p.cols + 31u) / 32u, live);
