@@ -37,7 +37,7 @@ fn rms_norm_out_of_place_and_in_place() {
         .rms_norm(
             Some(Region::new(&xb, 0, 0)),
             Region::new(&yb, 3, 0),
-            &wb,
+            Region::new(&wb, 0, 0),
             n as u32,
             rows as u32,
             eps,
@@ -54,7 +54,7 @@ fn rms_norm_out_of_place_and_in_place() {
         .rms_norm(
             None,
             Region::new(&xb, 0, 0),
-            &wb,
+            Region::new(&wb, 0, 0),
             n as u32,
             rows as u32,
             eps,
@@ -157,7 +157,13 @@ fn add_swiglu_and_gpt_oss_glu() {
     // Gate and up interleaved per row in one buffer: [rows][gate n | up n], scaled past the clamps.
     let gu: Vec<f32> = rng.vec(rows * 2 * n).iter().map(|v| v * 10.0).collect();
     let gb = ctx.storage_with("gate_up", &gu);
-    for op in [Eltwise::SwiGlu, Eltwise::GluOss] {
+    for op in [
+        Eltwise::SwiGlu,
+        Eltwise::GluOss {
+            alpha: 1.702,
+            limit: 7.0,
+        },
+    ] {
         let yb = ctx.storage("y", (rows * n * 4) as u64);
         let d = ops
             .eltwise(
@@ -318,9 +324,8 @@ fn attention_case(
             .write_kv(
                 &shape,
                 &cache,
-                &sb,
-                0,
-                (n * kv_n * d) as u32,
+                Region::new(&sb, 0, 0),
+                Region::new(&sb, (n * kv_n * d) as u32, 0),
                 &step_buf,
                 n as u32,
             )
@@ -334,7 +339,7 @@ fn attention_case(
                 &ob,
                 1,
                 &scratch,
-                sink_buf.as_ref(),
+                sink_buf.as_ref().map(|b| Region::new(b, 0, 0)),
                 &step_buf,
                 n as u32,
             )

@@ -240,7 +240,8 @@ struct NormParams {
     x_offset: u32,
     y_offset: u32,
     eps: f32,
-    _pad: [u32; 3],
+    w_offset: u32,
+    _pad: [u32; 2],
 }
 
 #[repr(C)]
@@ -267,6 +268,9 @@ struct EltParams {
     b_stride: u32,
     y_offset: u32,
     y_stride: u32,
+    alpha: f32,
+    limit: f32,
+    _pad: [u32; 2],
 }
 
 #[repr(C)]
@@ -283,7 +287,7 @@ struct AttnParams {
     v_offset: u32,
     out_offset: u32,
     scale: f32,
-    _pad: u32,
+    sinks_offset: u32,
 }
 
 #[repr(C)]
@@ -311,7 +315,7 @@ struct SelectParams {
 pub const ATTN_CHUNK: u32 = 256;
 
 /// The element-wise operations of elementwise.wgsl.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Eltwise {
     /// y += a
     Add,
@@ -319,8 +323,10 @@ pub enum Eltwise {
     Copy,
     /// y = silu(a) · b
     SwiGlu,
-    /// gpt-oss: y = (clamp(b, −7, 7) + 1) · g · σ(1.702 g), g = min(a, 7)
-    GluOss,
+    /// gpt-oss: y = (clamp(b, −limit, limit) + 1) · g · σ(alpha · g), g = min(a, limit)
+    GluOss { alpha: f32, limit: f32 },
+    /// y += a · s (σ(s) with `sigmoid`), s = b[row]: one scalar per row
+    ScaledAdd { sigmoid: bool },
 }
 
 /// Shape of one attention layer.
@@ -599,12 +605,13 @@ impl Ops {
         Ok(out)
     }
 
-    /// RMSNorm of `rows` rows of `n` values from x into y (in place when x is None), weight w [n].
+    /// RMSNorm of `rows` rows of `n` values from x into y (in place when x is None), with the n
+    /// weights at w.
     pub fn rms_norm(
         &self,
         x: Option<Region>,
         y: Region,
-        w: &wgpu::Buffer,
+        w: Region,
         n: u32,
         rows: u32,
         eps: f32,
@@ -621,10 +628,11 @@ impl Ops {
             x_offset: x.map(|r| r.offset).unwrap_or(0),
             y_offset: y.offset,
             eps,
-            _pad: [0; 3],
+            w_offset: w.offset,
+            _pad: [0; 2],
         };
         let ub = self.ctx.uniform("norm params", &params);
-        let mut entries = vec![(1, y.buf), (2, w), (3, &ub)];
+        let mut entries = vec![(1, y.buf), (2, w.buf), (3, &ub)];
         if let Some(x) = x {
             entries.push((0, x.buf));
         }
@@ -681,10 +689,18 @@ impl Ops {
             Eltwise::Add => "OP_ADD",
             Eltwise::Copy => "OP_COPY",
             Eltwise::SwiGlu => "OP_SWIGLU",
-            Eltwise::GluOss => "OP_GLU_OSS",
+            Eltwise::GluOss { .. } => "OP_GLU_OSS",
+            Eltwise::ScaledAdd { .. } => "OP_SCALED_ADD",
+        };
+        let (alpha, limit) = match op {
+            Eltwise::GluOss { alpha, limit } => (alpha, limit),
+            _ => (0.0, 0.0),
         };
         let one_input = matches!(op, Eltwise::Add | Eltwise::Copy);
         let mut d = defines(&[(flag, String::new())]);
+        if op == (Eltwise::ScaledAdd { sigmoid: true }) {
+            d.insert("SIGMOID".into(), String::new());
+        }
         if one_input {
             d.insert("ONE_INPUT".into(), String::new());
         }
@@ -699,6 +715,9 @@ impl Ops {
             b_stride: bb.stride,
             y_offset: y.offset,
             y_stride: y.stride,
+            alpha,
+            limit,
+            _pad: [0; 2],
         };
         let ub = self.ctx.uniform("eltwise params", &params);
         let mut entries = vec![(0, a.buf), (2, y.buf), (3, &ub)];
@@ -715,9 +734,8 @@ impl Ops {
         &self,
         shape: &AttnShape,
         cache: &KvCache,
-        src: &wgpu::Buffer,
-        k_offset: u32,
-        v_offset: u32,
+        k: Region,
+        v: Region,
         step: &wgpu::Buffer,
         tokens: u32,
     ) -> GpuResult<Dispatch> {
@@ -728,12 +746,19 @@ impl Ops {
         )?;
         let ub = self.ctx.uniform(
             "kv params",
-            &self.attn_params(shape, 0, k_offset, v_offset, 0),
+            &self.attn_params(shape, 0, k.offset, v.offset, 0, 0),
         );
         let per_token = shape.kv_heads * shape.head_dim / 2;
         Ok(self.dispatch(
             pipe,
-            &[(0, &ub), (1, step), (2, &cache.k), (3, &cache.v), (4, src)],
+            &[
+                (0, &ub),
+                (1, step),
+                (2, &cache.k),
+                (3, &cache.v),
+                (4, k.buf),
+                (8, v.buf),
+            ],
             [per_token.div_ceil(64), tokens, 1],
         ))
     }
@@ -750,7 +775,7 @@ impl Ops {
         out: &wgpu::Buffer,
         out_offset: u32,
         scratch: &wgpu::Buffer,
-        sinks: Option<&wgpu::Buffer>,
+        sinks: Option<Region>,
         step: &wgpu::Buffer,
         tokens: u32,
     ) -> GpuResult<[Dispatch; 2]> {
@@ -762,7 +787,14 @@ impl Ops {
         )?;
         let ub = self.ctx.uniform(
             "attention params",
-            &self.attn_params(shape, q_offset, 0, 0, out_offset),
+            &self.attn_params(
+                shape,
+                q_offset,
+                0,
+                0,
+                out_offset,
+                sinks.map(|r| r.offset).unwrap_or(0),
+            ),
         );
         let a = self.dispatch(
             attend,
@@ -778,7 +810,7 @@ impl Ops {
         );
         let mut entries = vec![(0, &ub), (1, step), (5, scratch), (6, out)];
         if let Some(s) = sinks {
-            entries.push((7, s));
+            entries.push((7, s.buf));
         }
         let c = self.dispatch(combine, &entries, [shape.heads, tokens, 1]);
         Ok([a, c])
@@ -802,6 +834,7 @@ impl Ops {
         k_offset: u32,
         v_offset: u32,
         out_offset: u32,
+        sinks_offset: u32,
     ) -> AttnParams {
         AttnParams {
             heads: s.heads,
@@ -815,7 +848,7 @@ impl Ops {
             v_offset,
             out_offset,
             scale: s.scale,
-            _pad: 0,
+            sinks_offset,
         }
     }
 
@@ -847,6 +880,34 @@ impl Ops {
             pipe,
             &[(0, &ub), (1, logits), (2, ids), (3, weights)],
             [tokens.div_ceil(64), 1, 1],
+        ))
+    }
+
+    /// dense[t, e] = routing weight of expert e for token t (0 where not chosen).
+    pub fn moe_scatter(
+        &self,
+        ids: &wgpu::Buffer,
+        weights: &wgpu::Buffer,
+        dense: &wgpu::Buffer,
+        experts: u32,
+        k: u32,
+        tokens: u32,
+    ) -> GpuResult<Dispatch> {
+        let pipe = self.pipeline("moe.wgsl", &Defines::new(), "scatter")?;
+        let params = MoeParams {
+            experts,
+            k,
+            tokens,
+            renorm: 0,
+            n: 0,
+            logits_offset: 0,
+            _pad: [0; 2],
+        };
+        let ub = self.ctx.uniform("scatter params", &params);
+        Ok(self.dispatch(
+            pipe,
+            &[(0, &ub), (2, ids), (3, weights), (4, dense)],
+            [experts.div_ceil(64), tokens, 1],
         ))
     }
 

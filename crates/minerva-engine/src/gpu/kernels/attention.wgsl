@@ -19,7 +19,7 @@ struct Params {
     v_offset: u32,
     out_offset: u32,
     scale: f32,
-    _pad: u32,
+    sinks_offset: u32,
 }
 
 struct Step {
@@ -44,6 +44,7 @@ struct Step {
 #ifdef SINKS
 @group(0) @binding(7) var<storage, read> sinks: array<f32>;
 #endif
+@group(0) @binding(8) var<storage, read> vsrc: array<f32>;
 
 const CHUNK: u32 = 256u;
 const WG: u32 = 64u;
@@ -66,8 +67,8 @@ fn v_pair(i: u32) -> vec2<f32> {
 #endif
 }
 
-// One thread per pair of values of one (token, kv head); src holds k at k_offset and v at
-// v_offset, both [tokens][kv_heads][head_dim].
+// One thread per pair of values of one (token, kv head): keys from src at k_offset, values from
+// vsrc at v_offset, both [tokens][kv_heads][head_dim].
 @compute @workgroup_size(64)
 fn write_kv(@builtin(global_invocation_id) gid: vec3<u32>) {
     let per_token = p.kv_heads * p.head_dim / 2u;
@@ -84,11 +85,11 @@ fn write_kv(@builtin(global_invocation_id) gid: vec3<u32>) {
 #ifdef KV_F32
     kc[dst] = src[ks];
     kc[dst + 1u] = src[ks + 1u];
-    vc[dst] = src[vs];
-    vc[dst + 1u] = src[vs + 1u];
+    vc[dst] = vsrc[vs];
+    vc[dst + 1u] = vsrc[vs + 1u];
 #else
     kc[dst >> 1u] = pack2x16float(vec2<f32>(src[ks], src[ks + 1u]));
-    vc[dst >> 1u] = pack2x16float(vec2<f32>(src[vs], src[vs + 1u]));
+    vc[dst >> 1u] = pack2x16float(vec2<f32>(vsrc[vs], vsrc[vs + 1u]));
 #endif
 }
 
@@ -184,14 +185,14 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     let row0 = (t * p.heads + h) * p.chunks;
     var mx = NEG;
 #ifdef SINKS
-    mx = sinks[h];
+    mx = sinks[p.sinks_offset + h];
 #endif
     for (var c = 0u; c < used; c++) {
         mx = max(mx, scratch[(row0 + c) * (d + 2u)]);
     }
     var total = 0.0;
 #ifdef SINKS
-    total = exp(sinks[h] - mx);
+    total = exp(sinks[p.sinks_offset + h] - mx);
 #endif
     for (var c = 0u; c < used; c++) {
         let b = (row0 + c) * (d + 2u);

@@ -1,5 +1,7 @@
-// Element-wise ops over rows of n values (tokens × n): ADD (y += a), COPY (y = a), SWIGLU (y = silu(a) · b) and
-// GLU_OSS, gpt-oss's clamped variant: y = (clamp(b, −7, 7) + 1) · g · σ(1.702 g), g = min(a, 7).
+// Element-wise ops over rows of n values (tokens × n): ADD (y += a), COPY (y = a), SWIGLU
+// (y = silu(a) · b), GLU_OSS, gpt-oss's clamped variant: y = (clamp(b, −limit, limit) + 1) · g ·
+// σ(alpha · g) with g = min(a, limit), and SCALED_ADD: y += a · s with one scalar s per row read
+// from b (σ(s) with SIGMOID: Qwen's gated shared expert).
 // Each operand has its own offset and row stride, so halves of one buffer can be operands.
 struct Params {
     n: u32,
@@ -10,6 +12,10 @@ struct Params {
     b_stride: u32,
     y_offset: u32,
     y_stride: u32,
+    alpha: f32,
+    limit: f32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -40,8 +46,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     y[yi] = av / (1.0 + exp(-av)) * bv;
 #endif
 #ifdef OP_GLU_OSS
-    let g = min(av, 7.0);
-    let u = clamp(b[p.b_offset + r * p.b_stride + c], -7.0, 7.0);
-    y[yi] = (u + 1.0) * g / (1.0 + exp(-1.702 * g));
+    let g = min(av, p.limit);
+    let u = clamp(b[p.b_offset + r * p.b_stride + c], -p.limit, p.limit);
+    y[yi] = (u + 1.0) * g / (1.0 + exp(-p.alpha * g));
+#endif
+#ifdef OP_SCALED_ADD
+    var sc = b[p.b_offset + r * p.b_stride];
+#ifdef SIGMOID
+    sc = 1.0 / (1.0 + exp(-sc));
+#endif
+    y[yi] += av * sc;
 #endif
 }

@@ -2,6 +2,8 @@
 //   route    per token: the k largest router logits → expert ids and their softmax weights
 //            (over the chosen k when `renorm` is set, else over all experts).
 //   combine  y[t] = Σ_s weight[t·k + s] · expert_out[t·k + s].
+//   scatter  y[t][e] = the routing weight of expert e for token t (0 when not chosen), for
+//            experts that are separate tensors and run densely.
 struct Params {
     experts: u32,
     k: u32,
@@ -74,4 +76,20 @@ fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
         acc += weights[slot] * src[slot * p.n + i];
     }
     y[t * p.n + i] = acc;
+}
+
+@compute @workgroup_size(64)
+fn scatter(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    let t = gid.y;
+    if (e >= p.experts || t >= p.tokens) {
+        return;
+    }
+    var w = 0.0;
+    for (var s = 0u; s < p.k; s++) {
+        if (ids[t * p.k + s] == e) {
+            w += weights[t * p.k + s];
+        }
+    }
+    y[t * p.experts + e] = w;
 }

@@ -6,7 +6,7 @@ struct Params {
     x_offset: u32,
     y_offset: u32,
     eps: f32,
-    _pad0: u32,
+    w_offset: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -51,7 +51,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let inv = inverseSqrt(sums[0] / f32(p.n) + p.eps);
     if (live) {
         for (var i = lid; i < p.n; i += 256u) {
-            y[p.y_offset + base + i] = input(base + i) * inv * w[i];
+            y[p.y_offset + base + i] = input(base + i) * inv * w[p.w_offset + i];
         }
     }
 }
