@@ -13,6 +13,7 @@ fn an_adapter_name_that_matches_nothing_is_an_error() {
     }
     let opts = GpuOptions {
         adapter_name: Some("no-such-adapter-anywhere".into()),
+        ..Default::default()
     };
     match GpuContext::new(&opts) {
         Err(GpuError::NoAdapter(msg)) => assert!(msg.contains("no-such-adapter-anywhere"), "{msg}"),

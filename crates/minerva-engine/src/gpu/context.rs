@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 pub struct GpuOptions {
     /// Keep only adapters whose name contains this (case-insensitive).
     pub adapter_name: Option<String>,
+    /// Keep the KV cache in f32 instead of f16 (exact comparisons with the CPU backend).
+    pub kv_f32: bool,
 }
 
 /// What the chosen device can do that kernels specialise on.
