@@ -14,7 +14,10 @@ fn open_and_spec(c: &mut Criterion) {
         ("gguf-q4_0", "llama/gguf-q4_0/llama-Q4_0.gguf"),
         ("safetensors-f32", "llama/f32"),
         ("mlx-4bit", "llama/mlx-4bit"),
-        ("gguf-mxfp4-moe", "gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf"),
+        (
+            "gguf-mxfp4-moe",
+            "gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf",
+        ),
     ];
     let mut group = c.benchmark_group("open+spec");
     for (name, rel) in models {

@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "minerva", version, about = "Run and compare local LLMs in GGUF, SafeTensors and MLX formats")]
+#[command(
+    name = "minerva",
+    version,
+    about = "Run and compare local LLMs in GGUF, SafeTensors and MLX formats"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,12 +20,27 @@ struct Cli {
 enum Command {
     /// Show what a model file or folder holds: format, architecture, dtypes, memory.
     Info(commands::info::Args),
+    /// Turn text into token ids with the model's own tokenizer.
+    Tokenize(commands::tokenize::Args),
+    /// Render a conversation with the model's chat template.
+    Template(commands::template::Args),
+    /// Write the logits of one forward pass over given token ids.
+    Score(commands::score::Args),
+    /// Generate from a prompt, streaming the text (or one JSON object with --json).
+    Run(commands::run::Args),
+    /// Chat with a model in the terminal.
+    Chat(commands::chat::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => commands::info::run(args),
+        Command::Tokenize(args) => commands::tokenize::run(args),
+        Command::Template(args) => commands::template::run(args),
+        Command::Score(args) => commands::score::run(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Chat(args) => commands::chat::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

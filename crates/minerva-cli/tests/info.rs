@@ -10,14 +10,22 @@ fn fixtures() -> PathBuf {
 }
 
 fn minerva(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_minerva")).args(args).output().expect("minerva runs")
+    Command::new(env!("CARGO_BIN_EXE_minerva"))
+        .args(args)
+        .output()
+        .expect("minerva runs")
 }
 
 fn info_json(path: &Path, extra: &[&str]) -> Value {
     let mut args = vec!["info", path.to_str().unwrap(), "--json"];
     args.extend_from_slice(extra);
     let out = minerva(&args);
-    assert!(out.status.success(), "info {} failed: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "info {} failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("info --json prints one JSON object")
 }
 
@@ -34,7 +42,11 @@ fn gguf_cards_match_reference_listing() {
         ("llama/gguf-f32", "llama-F32.gguf", "llama"),
         ("qwen3/gguf-q8_0", "qwen3-Q8_0.gguf", "qwen3"),
         ("mixtral/gguf-q4_k_m", "mixtral-Q4_K_M.gguf", "mixtral"),
-        ("gpt_oss/gguf-mxfp4_moe", "gpt_oss-MXFP4_MOE.gguf", "gpt_oss"),
+        (
+            "gpt_oss/gguf-mxfp4_moe",
+            "gpt_oss-MXFP4_MOE.gguf",
+            "gpt_oss",
+        ),
     ] {
         let dir = fixtures().join(dir);
         let card = info_json(&dir.join(file), &[]);
@@ -42,11 +54,24 @@ fn gguf_cards_match_reference_listing() {
         assert_eq!(card["format"], "gguf");
         assert_eq!(card["architecture"], arch, "{file}");
         let types = r["gguf_tensor_types"].as_object().unwrap();
-        assert_eq!(card["tensors"].as_u64().unwrap() as usize, types.len(), "{file}");
+        assert_eq!(
+            card["tensors"].as_u64().unwrap() as usize,
+            types.len(),
+            "{file}"
+        );
         let counts = r["gguf_type_counts"].as_object().unwrap();
         assert_eq!(card["dtypes"].as_object().unwrap(), counts, "{file}");
         let shapes = r["gguf_tensor_shapes_ne"].as_object().unwrap();
-        let params: u64 = shapes.values().map(|s| s.as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).product::<u64>()).sum();
+        let params: u64 = shapes
+            .values()
+            .map(|s| {
+                s.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d.as_u64().unwrap())
+                    .product::<u64>()
+            })
+            .sum();
         assert_eq!(card["parameters"].as_u64().unwrap(), params, "{file}");
         assert_eq!(card["tokenizer"], true);
     }
@@ -70,15 +95,33 @@ fn folder_cards_match_configs() {
         assert_eq!(card["parameters"].as_u64().unwrap(), params, "{dir}");
         assert_eq!(card["chat_template"], true, "{dir}");
         let spec = &card["spec"];
-        let kv = 2 * spec["n_layers"].as_u64().unwrap() * spec["n_kv_heads"].as_u64().unwrap() * spec["head_dim"].as_u64().unwrap() * 100 * 2;
-        let window_layers = spec["sliding_layers"].as_array().unwrap().iter().filter(|b| b.as_bool().unwrap()).count() as u64;
+        let kv = 2
+            * spec["n_layers"].as_u64().unwrap()
+            * spec["n_kv_heads"].as_u64().unwrap()
+            * spec["head_dim"].as_u64().unwrap()
+            * 100
+            * 2;
+        let window_layers = spec["sliding_layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b.as_bool().unwrap())
+            .count() as u64;
         if window_layers == 0 {
             assert_eq!(card["memory"]["kv_bytes"].as_u64().unwrap(), kv, "{dir}");
         }
         assert_eq!(card["memory"]["ctx"], 100);
-        let file_bytes: u64 = card["files"].as_array().unwrap().iter().map(|f| f["size"].as_u64().unwrap()).sum();
+        let file_bytes: u64 = card["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["size"].as_u64().unwrap())
+            .sum();
         let weights = card["memory"]["weights_bytes"].as_u64().unwrap();
-        assert!(weights <= file_bytes && weights * 100 >= file_bytes * 95, "{dir}: {weights} of {file_bytes}");
+        assert!(
+            weights <= file_bytes && weights * 100 >= file_bytes * 95,
+            "{dir}: {weights} of {file_bytes}"
+        );
     }
     let card = info_json(&fixtures().join("llama/mlx-4bit"), &[]);
     assert_eq!(card["dtypes"]["mlx-affine-4-g64"].as_u64(), Some(16));
@@ -98,7 +141,11 @@ fn bad_input_exits_1_naming_the_file() {
         assert_eq!(out.status.code(), Some(1), "{}", p.display());
         let err = String::from_utf8_lossy(&out.stderr);
         let name = p.file_name().unwrap().to_str().unwrap();
-        assert!(err.contains(name), "message for {} does not name it: {err}", p.display());
+        assert!(
+            err.contains(name),
+            "message for {} does not name it: {err}",
+            p.display()
+        );
         assert!(!err.contains("panicked"), "{err}");
     }
 }

@@ -1,3 +1,21 @@
 //! The engine: one transformer over a Backend trait, the CPU and GPU backends, generation sessions.
 
+pub mod arch;
+pub mod backend;
+pub mod cpu;
+pub mod error;
 pub mod gpu;
+pub mod load;
+pub mod model;
+pub mod rope;
+pub mod sampler;
+pub mod session;
+
+pub use backend::Backend;
+pub use cpu::CpuBackend;
+pub use error::{EngineError, Result};
+pub use gpu::GpuBackend;
+pub use load::{load, BackendKind, Loaded};
+pub use model::{KvCache, Model};
+pub use sampler::{Sampler, SamplerConfig};
+pub use session::{Event, Request, Session, SessionHandle, Stats, StopReason, TokenText};

@@ -14,7 +14,7 @@ fn run(ctx: &GpuContext, d: &[&minerva_engine::gpu::pipelines::Dispatch]) {
 }
 
 #[test]
-fn rms_norm_out_of_place_and_in_place() {
+fn rms_norm_out_of_place_in_place_and_after_a_residual_add() {
     let Some(ctx) = shared() else { return };
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(10);
@@ -67,6 +67,32 @@ fn rms_norm_out_of_place_and_in_place() {
         &want,
         1e-5,
     );
+    // Fused residual: x += r, then r = norm(x) · w (r holds the residual in, the norm out).
+    let half: Vec<f32> = x.iter().map(|v| v * 0.5).collect();
+    let (xb, rb) = (ctx.storage_with("x", &half), ctx.storage_with("r", &half));
+    let d = ops
+        .add_rms_norm(
+            Region::new(&xb, 0, 0),
+            Region::new(&rb, 0, 0),
+            Region::new(&wb, 0, 0),
+            n as u32,
+            rows as u32,
+            eps,
+        )
+        .unwrap();
+    run(&ctx, &[&d]);
+    assert_close(
+        "add + rms_norm: sum",
+        &ctx.read_f32(&xb, 0, n * rows).unwrap(),
+        &x,
+        1e-6,
+    );
+    assert_close(
+        "add + rms_norm: norm",
+        &ctx.read_f32(&rb, 0, n * rows).unwrap(),
+        &want,
+        1e-5,
+    );
 }
 
 fn cpu_rope(
@@ -112,10 +138,7 @@ fn rope_both_layouts_and_partial_rotation() {
         cpu_rope(&mut want, 9, heads, d, rot, halves, &freq, mscale);
         let mut full = vec![0f32; 2];
         full.extend(&x);
-        let (vb, fb) = (
-            ctx.storage_with("v", &full),
-            ctx.storage_with("freq", &freq),
-        );
+        let fb = ctx.storage_with("freq", &freq);
         let sb = ctx.uniform(
             "step",
             &Step {
@@ -124,25 +147,36 @@ fn rope_both_layouts_and_partial_rotation() {
                 _pad: [0; 2],
             },
         );
-        let dsp = ops
-            .rope(
-                &vb,
-                2,
-                &fb,
-                &sb,
-                tokens as u32,
-                heads as u32,
-                d as u32,
-                rot as u32,
-                halves,
-                mscale,
-            )
-            .unwrap();
-        run(&ctx, &[&dsp]);
+        // Alone, then together with a second buffer of 2 heads (k with q).
+        let k = rng.vec(tokens * 2 * d);
+        let mut want_k = k.clone();
+        cpu_rope(&mut want_k, 9, 2, d, rot, halves, &freq, mscale);
+        let kb = ctx.storage_with("k", &k);
+        for second in [None, Some((&kb, 2u32))] {
+            let vb = ctx.storage_with("v", &full);
+            let dsp = ops
+                .rope(
+                    &vb,
+                    2,
+                    &fb,
+                    &sb,
+                    tokens as u32,
+                    heads as u32,
+                    d as u32,
+                    rot as u32,
+                    halves,
+                    mscale,
+                    second,
+                )
+                .unwrap();
+            run(&ctx, &[&dsp]);
+            let what = format!("rope halves={halves} rot={rot} with k={}", second.is_some());
+            assert_close(&what, &ctx.read_f32(&vb, 2, x.len()).unwrap(), &want, 1e-4);
+        }
         assert_close(
-            &format!("rope halves={halves} rot={rot}"),
-            &ctx.read_f32(&vb, 2, x.len()).unwrap(),
-            &want,
+            "rope of k",
+            &ctx.read_f32(&kb, 0, k.len()).unwrap(),
+            &want_k,
             1e-4,
         );
     }

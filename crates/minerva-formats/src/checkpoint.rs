@@ -135,7 +135,9 @@ impl Checkpoint {
         let mut claimed: Vec<(usize, usize, usize, usize)> = Vec::new(); // file, start, end, entry
         for (i, e) in entries.iter().enumerate() {
             let bad = |what: String| {
-                let path = files.get(e.spans.first().map_or(0, |s| s.file)).map_or(dir.clone(), |f| f.path.clone());
+                let path = files
+                    .get(e.spans.first().map_or(0, |s| s.file))
+                    .map_or(dir.clone(), |f| f.path.clone());
                 FormatError::malformed(path, format!("tensor '{}': {what}", e.name))
             };
             if index.insert(e.name.clone(), i).is_some() {
@@ -151,10 +153,16 @@ impl Checkpoint {
                 Layout::MlxMxfp4 | Layout::HfMxfp4 => 2,
             };
             if e.spans.len() != want_spans {
-                return Err(bad(format!("{} buffers, expected {want_spans}", e.spans.len())));
+                return Err(bad(format!(
+                    "{} buffers, expected {want_spans}",
+                    e.spans.len()
+                )));
             }
             for s in &e.spans {
-                let map_len = maps.get(s.file).map(|m| m.len()).ok_or_else(|| bad("refers to a missing file".into()))?;
+                let map_len = maps
+                    .get(s.file)
+                    .map(|m| m.len())
+                    .ok_or_else(|| bad("refers to a missing file".into()))?;
                 if s.start > s.end || s.end > map_len {
                     return Err(bad(format!(
                         "data {}..{} lies outside the file ({} bytes)",
@@ -171,8 +179,16 @@ impl Checkpoint {
             let check = |what: &str, got: usize, want: Option<usize>| -> Result<()> {
                 match want {
                     Some(w) if w == got => Ok(()),
-                    Some(w) => Err(bad(format!("{what} holds {got} bytes, shape {:?} as {} needs {w}", e.shape, e.dtype.name()))),
-                    None => Err(bad(format!("shape {:?} does not fit dtype {}", e.shape, e.dtype.name()))),
+                    Some(w) => Err(bad(format!(
+                        "{what} holds {got} bytes, shape {:?} as {} needs {w}",
+                        e.shape,
+                        e.dtype.name()
+                    ))),
+                    None => Err(bad(format!(
+                        "shape {:?} does not fit dtype {}",
+                        e.shape,
+                        e.dtype.name()
+                    ))),
                 }
             };
             match e.layout {
@@ -193,7 +209,9 @@ impl Checkpoint {
                 }
                 Layout::MlxMxfp4 | Layout::HfMxfp4 => {
                     if row % 32 != 0 {
-                        return Err(bad(format!("row of {row} is not a whole number of 32-value blocks")));
+                        return Err(bad(format!(
+                            "row of {row} is not a whole number of 32-value blocks"
+                        )));
                     }
                     check("packed values", lens[0], rows.checked_mul(row / 2))?;
                     check("scales", lens[1], rows.checked_mul(row / 32))?;
@@ -206,11 +224,23 @@ impl Checkpoint {
             if a.0 == b.0 && b.1 < a.2 {
                 return Err(FormatError::malformed(
                     files[a.0].path.clone(),
-                    format!("tensors '{}' and '{}' overlap", entries[a.3].name, entries[b.3].name),
+                    format!(
+                        "tensors '{}' and '{}' overlap",
+                        entries[a.3].name, entries[b.3].name
+                    ),
                 ));
             }
         }
-        Ok(Checkpoint { format, dir, files, metadata, config, maps, entries, index })
+        Ok(Checkpoint {
+            format,
+            dir,
+            files,
+            metadata,
+            config,
+            maps,
+            entries,
+            index,
+        })
     }
 
     fn view<'a>(&'a self, e: &'a TensorEntry) -> TensorView<'a> {
@@ -226,10 +256,21 @@ impl Checkpoint {
                 biases: bytes(2),
                 scale_dtype,
             },
-            Layout::MlxMxfp4 => TensorData::MlxMxfp4 { weight: bytes(0), scales: bytes(1) },
-            Layout::HfMxfp4 => TensorData::HfMxfp4 { blocks: bytes(0), scales: bytes(1) },
+            Layout::MlxMxfp4 => TensorData::MlxMxfp4 {
+                weight: bytes(0),
+                scales: bytes(1),
+            },
+            Layout::HfMxfp4 => TensorData::HfMxfp4 {
+                blocks: bytes(0),
+                scales: bytes(1),
+            },
         };
-        TensorView { name: &e.name, shape: e.shape.clone(), dtype: e.dtype, data }
+        TensorView {
+            name: &e.name,
+            shape: e.shape.clone(),
+            dtype: e.dtype,
+            data,
+        }
     }
 
     /// The tensor of this (logical) name, as stored.
@@ -257,7 +298,10 @@ impl Checkpoint {
 
     /// Logical weights: a packed 4-bit word counts as 8 values; scales and biases not counted.
     pub fn parameters(&self) -> u64 {
-        self.entries.iter().map(|e| e.shape.iter().product::<usize>() as u64).sum()
+        self.entries
+            .iter()
+            .map(|e| e.shape.iter().product::<usize>() as u64)
+            .sum()
     }
 
     /// The normalized model description, from config.json or GGUF metadata.
@@ -273,6 +317,8 @@ impl Checkpoint {
 
     /// The first model file (for messages about the model as a whole).
     pub fn main_path(&self) -> &Path {
-        self.files.first().map_or(self.dir.as_path(), |f| f.path.as_path())
+        self.files
+            .first()
+            .map_or(self.dir.as_path(), |f| f.path.as_path())
     }
 }

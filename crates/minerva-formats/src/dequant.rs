@@ -52,19 +52,33 @@ pub fn dequantize_rows(view: &TensorView, first: usize, n: usize, out: &mut [f32
     };
     match view.data {
         TensorData::Plain(bytes) => {
-            let rb = view.dtype.row_bytes(row).ok_or_else(|| bad("row is not whole blocks".into()))?;
+            let rb = view
+                .dtype
+                .row_bytes(row)
+                .ok_or_else(|| bad("row is not whole blocks".into()))?;
             for (r, o) in out.chunks_exact_mut(row.max(1)).enumerate() {
                 let src = &bytes[slice(bytes, rb, r)];
                 if !plain_row(view.dtype, src, o) && !quant::ggml::dequant_row(view.dtype, src, o) {
-                    return Err(FormatError::unsupported(view.name, format!("dequantizing {}", view.dtype.name())));
+                    return Err(FormatError::unsupported(
+                        view.name,
+                        format!("dequantizing {}", view.dtype.name()),
+                    ));
                 }
             }
         }
-        TensorData::MlxAffine { weight, scales, biases, scale_dtype } => {
+        TensorData::MlxAffine {
+            weight,
+            scales,
+            biases,
+            scale_dtype,
+        } => {
             let DType::MlxAffine { bits, group } = view.dtype else {
                 return Err(bad("MLX affine data with another dtype".into()));
             };
-            let (wb, gb) = (row * bits as usize / 8, row / group as usize * scale_dtype.block_bytes());
+            let (wb, gb) = (
+                row * bits as usize / 8,
+                row / group as usize * scale_dtype.block_bytes(),
+            );
             for (r, o) in out.chunks_exact_mut(row).enumerate() {
                 quant::mlx::dequant_affine_row(
                     bits,
@@ -79,12 +93,20 @@ pub fn dequantize_rows(view: &TensorView, first: usize, n: usize, out: &mut [f32
         }
         TensorData::MlxMxfp4 { weight, scales } => {
             for (r, o) in out.chunks_exact_mut(row).enumerate() {
-                quant::mlx::dequant_mxfp4_row(&weight[slice(weight, row / 2, r)], &scales[slice(scales, row / 32, r)], o);
+                quant::mlx::dequant_mxfp4_row(
+                    &weight[slice(weight, row / 2, r)],
+                    &scales[slice(scales, row / 32, r)],
+                    o,
+                );
             }
         }
         TensorData::HfMxfp4 { blocks, scales } => {
             for (r, o) in out.chunks_exact_mut(row).enumerate() {
-                quant::mxfp4::dequant_hf_row(&blocks[slice(blocks, row / 2, r)], &scales[slice(scales, row / 32, r)], o);
+                quant::mxfp4::dequant_hf_row(
+                    &blocks[slice(blocks, row / 2, r)],
+                    &scales[slice(scales, row / 32, r)],
+                    o,
+                );
             }
         }
     }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 pub struct ModelCandidate {
     /// What to pass to `open`: a GGUF file (the first of a split set) or a model folder.
     pub path: PathBuf,
-    /// Gguf, or Safetensors for a SafeTensors/MLX folder (`open` tells them apart).
+    /// Gguf, Safetensors, or Mlx where config.json has an MLX quantization block.
     pub format: Format,
 }
 
@@ -194,9 +194,15 @@ fn search(dir: &Path, depth: usize, found: &mut Vec<ModelCandidate>) {
         return;
     }
     if matches!(safetensors_reader::weight_files(dir), Ok(Some(_))) {
+        let mlx = matches!(safetensors_reader::read_config(dir), Ok(Some(c)) if safetensors_reader::is_mlx_config(&c));
+        let format = if mlx {
+            Format::Mlx
+        } else {
+            Format::Safetensors
+        };
         found.push(ModelCandidate {
             path: dir.to_path_buf(),
-            format: Format::Safetensors,
+            format,
         });
         return;
     }

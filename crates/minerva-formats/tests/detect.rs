@@ -55,6 +55,7 @@ fn a_folder_with_one_gguf_is_that_gguf() {
     let folder = fixtures().join("llama/gguf-q8_0");
     let file = folder.join("llama-Q8_0.gguf");
     assert_eq!(outcome(&folder), outcome(&file));
+    assert!(outcome(&folder).starts_with("Gguf"), "{}", outcome(&folder));
     assert_eq!(
         find_models(&folder),
         vec![ModelCandidate {
@@ -80,6 +81,12 @@ fn split_gguf_sets_count_once() {
         }]
     );
     assert_eq!(outcome(dir.path()), outcome(&first));
+    // Copies of one file are no valid split set: the GGUF reader says so about the first part.
+    assert!(
+        outcome(dir.path()).contains("tiny-00001-of-00002.gguf"),
+        "{}",
+        outcome(dir.path())
+    );
 }
 
 #[test]
@@ -102,7 +109,12 @@ fn several_models_are_listed_not_guessed() {
             "mlx-4bit"
         ]
     );
-    assert_eq!(found.iter().filter(|c| c.format == Format::Gguf).count(), 3);
+    let formats: Vec<Format> = found.iter().map(|c| c.format).collect();
+    use Format::*;
+    assert_eq!(
+        formats,
+        [Safetensors, Safetensors, Safetensors, Gguf, Gguf, Gguf, Mlx]
+    );
     let err = Checkpoint::open(&llama).unwrap_err().to_string();
     assert!(
         err.contains("7 models") && err.contains("mlx-4bit") && err.contains("llama-Q4_0.gguf"),
@@ -129,6 +141,7 @@ fn several_models_are_listed_not_guessed() {
     // One publisher's folder with one model inside opens that model.
     let one = root.path().join("someone");
     assert_eq!(outcome(&one), outcome(&one.join("b-GGUF/m.gguf")));
+    assert!(outcome(&one).starts_with("Gguf"));
 }
 
 #[test]

@@ -15,15 +15,18 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Every dump written by the script, with the GGUF it describes.
+/// Every dump written by the script (the folder also holds other formats' dumps, which have
+/// no `gguf` field), with the GGUF it describes.
 fn dumps() -> Vec<(PathBuf, Value)> {
     let mut out: Vec<_> = std::fs::read_dir(fixtures().join("dequant"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .map(|p| read_json(&p))
-        // The folder also holds the MLX and HF-MXFP4 dumps; GGUF dumps name their file.
-        .filter_map(|dump| Some((fixtures().join(dump.get("gguf")?.as_str()?), dump)))
+        .filter_map(|p| {
+            let dump = read_json(&p);
+            let gguf = fixtures().join(dump.get("gguf")?.as_str()?);
+            Some((gguf, dump))
+        })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out

@@ -152,3 +152,27 @@ fn gpt_oss() {
         want
     );
 }
+
+/// The GGUF spec and the spec of the same model's Hugging Face folder (read by the other
+/// reader) agree on everything but the RoPE pairing the GGUF converter chose.
+#[test]
+fn gguf_and_hf_folders_agree() {
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures"));
+    for (gguf_rel, hf_rel) in [
+        ("llama/gguf-q4_0/llama-Q4_0.gguf", "llama/f32"),
+        ("qwen3/gguf-q8_0/qwen3-Q8_0.gguf", "qwen3/f32"),
+        ("mixtral/gguf-q4_k_m/mixtral-Q4_K_M.gguf", "mixtral/f32"),
+        (
+            "gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf",
+            "gpt_oss/f32",
+        ),
+    ] {
+        let mut from_gguf = spec_of(gguf_rel);
+        let from_hf = minerva_formats::Checkpoint::open(root.join(hf_rel))
+            .unwrap()
+            .spec()
+            .unwrap();
+        from_gguf.rope.style = from_hf.rope.style;
+        assert_eq!(from_gguf, from_hf, "{gguf_rel} vs {hf_rel}");
+    }
+}

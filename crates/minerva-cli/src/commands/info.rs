@@ -46,12 +46,15 @@ struct Card {
 
 /// Whether the model carries a tokenizer: tokenizer.json beside it, or a GGUF vocabulary.
 fn has_tokenizer(ckpt: &Checkpoint) -> bool {
-    ckpt.companion("tokenizer.json").is_some() || ckpt.metadata.get("tokenizer.ggml.tokens").is_some()
+    ckpt.companion("tokenizer.json").is_some()
+        || ckpt.metadata.get("tokenizer.ggml.tokens").is_some()
 }
 
 /// Whether the model carries a chat template in any of the places templates live.
 fn has_chat_template(ckpt: &Checkpoint) -> bool {
-    if ckpt.metadata.get_str("tokenizer.chat_template").is_some() || ckpt.companion("chat_template.jinja").is_some() {
+    if ckpt.metadata.get_str("tokenizer.chat_template").is_some()
+        || ckpt.companion("chat_template.jinja").is_some()
+    {
         return true;
     }
     ckpt.companion("tokenizer_config.json")
@@ -73,10 +76,21 @@ fn card(ckpt: &Checkpoint, ctx: Option<usize>) -> Result<Card, String> {
         parameters: ckpt.parameters(),
         tensors: ckpt.tensor_count(),
         dtypes,
-        files: ckpt.files.iter().map(|f| FileInfo { path: f.path.clone(), size: f.size }).collect(),
+        files: ckpt
+            .files
+            .iter()
+            .map(|f| FileInfo {
+                path: f.path.clone(),
+                size: f.size,
+            })
+            .collect(),
         tokenizer: has_tokenizer(ckpt),
         chat_template: has_chat_template(ckpt),
-        memory: Memory { weights_bytes: ckpt.weights_bytes(), kv_bytes: spec.kv_cache_bytes(ctx, 2), ctx },
+        memory: Memory {
+            weights_bytes: ckpt.weights_bytes(),
+            kv_bytes: spec.kv_cache_bytes(ctx, 2),
+            ctx,
+        },
         spec,
     })
 }
@@ -90,28 +104,55 @@ fn human(bytes: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{bytes} B") } else { format!("{v:.2} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
 }
 
 fn print_text(c: &Card) {
     let s = &c.spec;
     println!("format        {}", c.format);
     println!("architecture  {}", c.architecture);
-    println!("parameters    {} ({:.2} M)", c.parameters, c.parameters as f64 / 1e6);
+    println!(
+        "parameters    {} ({:.2} M)",
+        c.parameters,
+        c.parameters as f64 / 1e6
+    );
     let dtypes: Vec<String> = c.dtypes.iter().map(|(k, v)| format!("{k}×{v}")).collect();
     println!("tensors       {} ({})", c.tensors, dtypes.join(", "));
-    println!("layers        {}  hidden {}  heads {} (kv {})  head_dim {}", s.n_layers, s.hidden_size, s.n_heads, s.n_kv_heads, s.head_dim);
-    println!("vocab         {}  ffn {}  context {}", s.vocab_size, s.ffn, s.context_length);
+    println!(
+        "layers        {}  hidden {}  heads {} (kv {})  head_dim {}",
+        s.n_layers, s.hidden_size, s.n_heads, s.n_kv_heads, s.head_dim
+    );
+    println!(
+        "vocab         {}  ffn {}  context {}",
+        s.vocab_size, s.ffn, s.context_length
+    );
     if let Some(m) = &s.moe {
-        println!("experts       {} (top {}), expert ffn {}", m.n_experts, m.experts_per_token, m.expert_ffn);
+        println!(
+            "experts       {} (top {}), expert ffn {}",
+            m.n_experts, m.experts_per_token, m.expert_ffn
+        );
     }
-    println!("rope          theta {}  {:?}  {:?}", s.rope.theta, s.rope.style, s.rope.scaling);
+    println!(
+        "rope          theta {}  {:?}  {:?}",
+        s.rope.theta, s.rope.style, s.rope.scaling
+    );
     if let Some(w) = s.sliding_window {
         let n = s.sliding_layers.iter().filter(|&&b| b).count();
         println!("sliding       window {w} on {n} of {} layers", s.n_layers);
     }
     println!("tokenizer     {}", if c.tokenizer { "yes" } else { "no" });
-    println!("chat template {}", if c.chat_template { "yes" } else { "no (a plain fallback will be used)" });
+    println!(
+        "chat template {}",
+        if c.chat_template {
+            "yes"
+        } else {
+            "no (a plain fallback will be used)"
+        }
+    );
     for f in &c.files {
         println!("file          {} ({})", f.path.display(), human(f.size));
     }
@@ -128,7 +169,10 @@ pub fn run(args: Args) -> Result<(), String> {
     let ckpt = Checkpoint::open(&args.path).map_err(|e| e.to_string())?;
     let card = card(&ckpt, args.ctx)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&card).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&card).map_err(|e| e.to_string())?
+        );
     } else {
         print_text(&card);
     }

@@ -3,6 +3,7 @@
 //! captured into a shared slot so they surface as `GpuError`s rather than panics.
 
 use super::error::{GpuError, GpuResult};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How to choose the adapter.
@@ -35,6 +36,9 @@ pub struct GpuContext {
     pub info: wgpu::AdapterInfo,
     pub caps: Capabilities,
     errors: Arc<Mutex<Option<GpuError>>>,
+    submits: AtomicU64,
+    dispatches: AtomicU64,
+    weight_bytes: AtomicU64,
 }
 
 fn rank(t: wgpu::DeviceType) -> u8 {
@@ -131,7 +135,29 @@ impl GpuContext {
             info,
             caps,
             errors,
+            submits: AtomicU64::new(0),
+            dispatches: AtomicU64::new(0),
+            weight_bytes: AtomicU64::new(0),
         })
+    }
+
+    /// Command buffers submitted so far (one per step, plus uploads' and reads' own).
+    pub fn submits(&self) -> u64 {
+        self.submits.load(Ordering::Relaxed)
+    }
+
+    /// Kernel launches submitted so far.
+    pub fn dispatches(&self) -> u64 {
+        self.dispatches.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of weight buffers created on this device.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_weight_bytes(&self, bytes: u64) {
+        self.weight_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// The first device error since the last check, if any.
@@ -232,25 +258,57 @@ impl GpuContext {
             }
         }
         self.queue.submit([enc.finish()]);
+        self.submits.fetch_add(1, Ordering::Relaxed);
+        self.dispatches
+            .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
         self.check()
     }
 
     /// Copies `bytes` bytes at `offset` of `buf` back to the CPU (waits for the queue).
     pub fn read_bytes(&self, buf: &wgpu::Buffer, offset: u64, bytes: u64) -> GpuResult<Vec<u8>> {
-        let size = bytes.div_ceil(4).max(1) * 4;
+        Ok(self.run_and_read(&[], &[(buf, offset, bytes)])?.remove(0))
+    }
+
+    /// Records `dispatches` in one compute pass, then copies each (buffer, offset, bytes) region
+    /// to one staging buffer, all in one submit, and waits for the bytes: a step and its read
+    /// back cost a single round trip.
+    pub fn run_and_read(
+        &self,
+        dispatches: &[&super::pipelines::Dispatch],
+        reads: &[(&wgpu::Buffer, u64, u64)],
+    ) -> GpuResult<Vec<Vec<u8>>> {
+        let padded: Vec<u64> = reads.iter().map(|r| r.2.div_ceil(4).max(1) * 4).collect();
+        let total: u64 = padded.iter().sum();
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("read back"),
-            size,
+            size: total.max(4),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("read back"),
+                label: Some("step + read back"),
             });
-        enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size);
+        if !dispatches.is_empty() {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("step"),
+                timestamp_writes: None,
+            });
+            for d in dispatches {
+                d.record(&mut pass);
+            }
+        }
+        let mut at = 0;
+        for ((buf, offset, _), size) in reads.iter().zip(&padded) {
+            enc.copy_buffer_to_buffer(buf, *offset, &staging, at, *size);
+            at += size;
+        }
         self.queue.submit([enc.finish()]);
+        self.submits.fetch_add(1, Ordering::Relaxed);
+        self.dispatches
+            .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
+        self.check()?;
         let slot: Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>> =
             Arc::new(Mutex::new(None));
         let s = slot.clone();
@@ -264,13 +322,20 @@ impl GpuContext {
             Some(Err(e)) => return Err(GpuError::Readback(e.to_string())),
             None => return Err(GpuError::Readback("the map request never completed".into())),
         }
-        let data = staging
-            .slice(..)
-            .get_mapped_range()
-            .map_err(|e| GpuError::Readback(e.to_string()))?[..bytes as usize]
-            .to_vec();
+        let mut out = Vec::new();
+        {
+            let view = staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| GpuError::Readback(e.to_string()))?;
+            let mut at = 0usize;
+            for ((_, _, bytes), size) in reads.iter().zip(&padded) {
+                out.push(view[at..at + *bytes as usize].to_vec());
+                at += *size as usize;
+            }
+        }
         staging.unmap();
-        Ok(data)
+        Ok(out)
     }
 
     pub fn read_f32(

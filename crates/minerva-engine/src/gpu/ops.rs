@@ -254,7 +254,7 @@ struct RopeParams {
     halves: u32,
     offset: u32,
     mscale: f32,
-    _pad: u32,
+    heads2: u32,
 }
 
 #[repr(C)]
@@ -616,11 +616,35 @@ impl Ops {
         rows: u32,
         eps: f32,
     ) -> GpuResult<Dispatch> {
-        let d = if x.is_none() {
-            defines(&[("INPLACE", String::new())])
-        } else {
-            Defines::new()
-        };
+        let mode = if x.is_none() { "INPLACE" } else { "PLAIN" };
+        self.norm(mode, x, y, w, n, rows, eps)
+    }
+
+    /// The residual add and the RMSNorm after it in one dispatch: x += y, then y = norm(x) · w.
+    pub fn add_rms_norm(
+        &self,
+        x: Region,
+        y: Region,
+        w: Region,
+        n: u32,
+        rows: u32,
+        eps: f32,
+    ) -> GpuResult<Dispatch> {
+        self.norm("RESIDUAL", Some(x), y, w, n, rows, eps)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn norm(
+        &self,
+        mode: &str,
+        x: Option<Region>,
+        y: Region,
+        w: Region,
+        n: u32,
+        rows: u32,
+        eps: f32,
+    ) -> GpuResult<Dispatch> {
+        let d = defines(&[(mode, String::new())]);
         let pipe = self.pipeline("norm.wgsl", &d, "main")?;
         let params = NormParams {
             n,
@@ -641,7 +665,8 @@ impl Ops {
     }
 
     /// RoPE in place on [tokens, heads, head_dim] at `offset` of `v`; `freq` holds rot_dim / 2
-    /// frequencies; positions start at the step's pos0.
+    /// frequencies; positions start at the step's pos0. `second` (buffer, heads) is rotated in
+    /// the same dispatch (k with q).
     #[allow(clippy::too_many_arguments)]
     pub fn rope(
         &self,
@@ -655,8 +680,15 @@ impl Ops {
         rot_dim: u32,
         halves: bool,
         mscale: f32,
+        second: Option<(&wgpu::Buffer, u32)>,
     ) -> GpuResult<Dispatch> {
-        let pipe = self.pipeline("rope.wgsl", &Defines::new(), "main")?;
+        let d = if second.is_some() {
+            defines(&[("TWO", String::new())])
+        } else {
+            Defines::new()
+        };
+        let pipe = self.pipeline("rope.wgsl", &d, "main")?;
+        let heads2 = second.map(|s| s.1).unwrap_or(0);
         let params = RopeParams {
             tokens,
             heads,
@@ -665,13 +697,17 @@ impl Ops {
             halves: halves as u32,
             offset,
             mscale,
-            _pad: 0,
+            heads2,
         };
         let ub = self.ctx.uniform("rope params", &params);
+        let mut entries = vec![(0, v), (1, freq), (2, &ub), (3, step)];
+        if let Some((b, _)) = second {
+            entries.push((4, b));
+        }
         Ok(self.dispatch(
             pipe,
-            &[(0, v), (1, freq), (2, &ub), (3, step)],
-            [(rot_dim / 2).div_ceil(64), heads, tokens],
+            &entries,
+            [(rot_dim / 2).div_ceil(64), heads + heads2, tokens],
         ))
     }
 

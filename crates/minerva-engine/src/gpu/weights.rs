@@ -213,7 +213,7 @@ impl GpuWeight {
             }
         }
         ctx.check()?;
-        Ok(GpuWeight {
+        let w = GpuWeight {
             name: view.name.to_string(),
             dtype: view.dtype,
             shape: view.shape.clone(),
@@ -221,7 +221,9 @@ impl GpuWeight {
             rows,
             cols,
             parts,
-        })
+        };
+        ctx.count_weight_bytes(w.gpu_bytes());
+        Ok(w)
     }
 
     /// Bytes the weight occupies on the GPU.

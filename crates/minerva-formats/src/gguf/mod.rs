@@ -51,16 +51,18 @@ pub fn open(path: &Path) -> Result<Checkpoint> {
             return Err(FormatError::malformed(
                 &parts[0],
                 format!(
-                    "split.tensors.count is {want:?}, the {} parts hold {} tensors",
+                    "split.tensors.count is {}, the {} parts hold {} tensors",
+                    shown(want),
                     parts.len(),
                     entries.len()
                 ),
             ));
         }
     }
-    let dir = path
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
     Checkpoint::from_parts(Format::Gguf, dir, files, maps, entries, metadata, None)
 }
 
@@ -97,11 +99,19 @@ fn check_split_keys(md: &Metadata, index: usize, count: usize, path: &Path) -> R
         Err(FormatError::malformed(
             path,
             format!(
-                "split keys say part {no:?} of {n:?}; the file name says part {} of {count}",
+                "split.no is {}, split.count is {}; the file name says part {} of {count} \
+                 (split.no counts from 0)",
+                shown(no),
+                shown(n),
                 index + 1
             ),
         ))
     }
+}
+
+/// A key's value for messages.
+fn shown(v: Option<u64>) -> String {
+    v.map_or_else(|| "absent".to_string(), |n| n.to_string())
 }
 
 /// The checkpoint entries of one file's tensor infos (shape reversed to outermost first).

@@ -97,22 +97,24 @@ fn q8_1(b: &[u8], out: &mut [f32]) {
 }
 
 /// Q2_K {scales[16] (4-bit scale low, 4-bit min high), qs[64], d: f16, dmin: f16}: 16
-/// sub-blocks of 16; element 128h + 32s + l is bits 2s..2s+1 of qs[32h + l];
+/// sub-blocks of 16; element 32j + l (j = 4h + s) is bits 2s..2s+1 of qs[32h + l];
 /// w = (d·scale)·q − dmin·min.
 fn q2_k(b: &[u8], out: &mut [f32]) {
     let (scales, qs) = (&b[0..16], &b[16..80]);
     let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
-    for (e, o) in out.iter_mut().enumerate() {
-        let (h, s, l) = (e / 128, e / 32 % 4, e % 32);
-        let q = (qs[32 * h + l] >> (2 * s)) & 3;
-        let sc = scales[e / 16];
-        *o = d * (sc & 0xF) as f32 * q as f32 - dmin * (sc >> 4) as f32;
+    for (i, o) in out.chunks_exact_mut(16).enumerate() {
+        let (dl, ml) = (d * (scales[i] & 0xF) as f32, dmin * (scales[i] >> 4) as f32);
+        let j = i / 2;
+        let (qs, shift) = (&qs[32 * (j / 4) + 16 * (i % 2)..][..16], 2 * (j % 4));
+        for (o, &q) in o.iter_mut().zip(qs) {
+            *o = dl * ((q >> shift) & 3) as f32 - ml;
+        }
     }
 }
 
 /// Q3_K {hmask[32], qs[64], scales[12] (sixteen 6-bit signed scales, offset 32), d: f16}:
-/// element 128h + 32s + l has low bits 2s..2s+1 of qs[32h + l] and its high bit in bit
-/// (e / 32) of hmask[l]; a clear high bit means q − 4.
+/// element 32j + l (j = 4h + s) has low bits 2s..2s+1 of qs[32h + l] and its high bit in bit j
+/// of hmask[l]; a clear high bit means q − 4.
 fn q3_k(b: &[u8], out: &mut [f32]) {
     let (hmask, qs, sc) = (&b[0..32], &b[32..96], &b[96..108]);
     let d = f16_at(b, 108);
@@ -122,11 +124,13 @@ fn q3_k(b: &[u8], out: &mut [f32]) {
         let high = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
         *s = d * ((low | high << 4) as i32 - 32) as f32;
     }
-    for (e, o) in out.iter_mut().enumerate() {
-        let (h, s, l) = (e / 128, e / 32 % 4, e % 32);
-        let low = ((qs[32 * h + l] >> (2 * s)) & 3) as i32;
-        let high_clear = (hmask[l] >> (e / 32)) & 1 == 0;
-        *o = scale[e / 16] * (low - if high_clear { 4 } else { 0 }) as f32;
+    for (j, o) in out.chunks_exact_mut(32).enumerate() {
+        let (qs, shift) = (&qs[32 * (j / 4)..][..32], 2 * (j % 4));
+        for (l, o) in o.iter_mut().enumerate() {
+            let low = ((qs[l] >> shift) & 3) as i32;
+            let high_clear = (hmask[l] >> j) & 1 == 0;
+            *o = scale[2 * j + l / 16] * (low - if high_clear { 4 } else { 0 }) as f32;
+        }
     }
 }
 
@@ -173,17 +177,24 @@ fn q5_k(b: &[u8], out: &mut [f32]) {
     }
 }
 
-/// Q6_K {ql[128], qh[64], scales: i8[16], d: f16}: element 128h + 64n + l (l < 64) has its low
-/// nibble n of ql[64h + l]; element 128h + 32s + l (l < 32) its high 2 bits at 2s of
+/// Q6_K {ql[128], qh[64], scales: i8[16], d: f16}: in each half h of 128 elements, element
+/// 32s + l (l < 32) has low nibble (s / 2) of ql[64h + 32(s % 2) + l] and high 2 bits at 2s of
 /// qh[32h + l]; w = (d·scale)·(q − 32) per sub-block of 16.
 fn q6_k(b: &[u8], out: &mut [f32]) {
-    let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
     let d = f16_at(b, 208);
-    for (e, o) in out.iter_mut().enumerate() {
-        let (h, r) = (e / 128, e % 128);
-        let low = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
-        let high = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-        *o = d * sc[e / 16] as i8 as f32 * ((low | high << 4) as i32 - 32) as f32;
+    let mut scale = [0f32; 16];
+    for (s, &c) in scale.iter_mut().zip(&b[192..208]) {
+        *s = d * c as i8 as f32;
+    }
+    for (h, o) in out.chunks_exact_mut(128).enumerate() {
+        let (ql, qh) = (&b[64 * h..][..64], &b[128 + 32 * h..][..32]);
+        for (s, o) in o.chunks_exact_mut(32).enumerate() {
+            let (ql, low_shift) = (&ql[32 * (s % 2)..][..32], 4 * (s / 2));
+            for (l, o) in o.iter_mut().enumerate() {
+                let q = ((ql[l] >> low_shift) & 0xF) | ((qh[l] >> (2 * s)) & 3) << 4;
+                *o = scale[8 * h + 2 * s + l / 16] * (q as i32 - 32) as f32;
+            }
+        }
     }
 }
 

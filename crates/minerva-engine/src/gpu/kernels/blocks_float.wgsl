@@ -35,6 +35,22 @@ fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
     return out;
 #else
     let base = row * cols + first;
+#ifndef DT_F32
+    // A whole unit starting on a word: 16 words of two halves each.
+    if (first + 32u <= cols && (base & 1u) == 0u) {
+        let w = base >> 1u;
+        for (var k = 0u; k < 8u; k++) {
+            let a = w0[w + 2u * k];
+            let b = w0[w + 2u * k + 1u];
+#ifdef DT_F16
+            out[k] = vec4<f32>(unpack2x16float(a), unpack2x16float(b));
+#else
+            out[k] = vec4<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xFFFF0000u), bitcast<f32>(b << 16u), bitcast<f32>(b & 0xFFFF0000u));
+#endif
+        }
+        return out;
+    }
+#endif
     if (first + 32u <= cols) {
         for (var k = 0u; k < 8u; k++) {
             let e = base + 4u * k;

@@ -1,6 +1,7 @@
 // Matrix × matrix for prefill: y[t][r] = Σ_c W[r][c] · x[t][c] over a tile of 64 rows × 32 tokens
 // per workgroup. Each step decodes one 32-value unit of 64 weight rows into workgroup memory
-// (DECODER) and loads the matching 32 columns of 32 tokens; 256 threads each own 4 × 2 outputs.
+// (DECODER) and loads the matching 32 columns of 32 tokens; 256 threads each own 4 adjacent rows
+// × 2 adjacent tokens.
 #include "common.wgsl"
 #include DECODER
 
@@ -28,9 +29,10 @@ struct Params {
 
 const TR: u32 = 64u;
 const TT: u32 = 32u;
-const LD: u32 = 33u;
-var<workgroup> ws: array<f32, 2112>; // TR × LD
-var<workgroup> xs: array<f32, 1056>; // TT × LD
+// Transposed tiles, k-major: ws[k][row group of 4] and xs[k][token pair], so each thread reads
+// its 4 rows and 2 tokens with one vec4 and one vec2 load per k.
+var<workgroup> ws: array<vec4<f32>, 512>; // 32 k × 16 row groups
+var<workgroup> xs: array<vec2<f32>, 512>; // 32 k × 16 token pairs
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -38,7 +40,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let t0 = wid.y * TT;
     let tr = lid % 16u;
     let tt = lid / 16u;
-    var acc: array<array<f32, 2>, 4>;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
     let units = (p.cols + 31u) / 32u;
     for (var u = 0u; u < units; u++) {
         if (lid < TR) {
@@ -49,41 +52,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
             for (var k = 0u; k < 8u; k++) {
                 for (var j = 0u; j < 4u; j++) {
-                    ws[lid * LD + 4u * k + j] = w[k][j];
+                    ws[(4u * k + j) * 16u + lid / 4u][lid % 4u] = w[k][j];
                 }
             }
         }
         for (var j = 0u; j < 4u; j++) {
             let idx = lid * 4u + j;
             let ti = idx / 32u;
-            let c = u * 32u + idx % 32u;
+            let c = idx % 32u;
             var v = 0.0;
-            if (t0 + ti < p.tokens && c < p.cols) {
-                v = x[p.x_offset + (t0 + ti) * p.x_stride + c];
+            if (t0 + ti < p.tokens && u * 32u + c < p.cols) {
+                v = x[p.x_offset + (t0 + ti) * p.x_stride + u * 32u + c];
             }
-            xs[ti * LD + idx % 32u] = v;
+            xs[c * 16u + ti / 2u][ti % 2u] = v;
         }
         workgroupBarrier();
         for (var k = 0u; k < 32u; k++) {
-            let x0 = xs[tt * LD + k];
-            let x1 = xs[(tt + 16u) * LD + k];
-            for (var i = 0u; i < 4u; i++) {
-                let wv = ws[(tr + 16u * i) * LD + k];
-                acc[i][0] += wv * x0;
-                acc[i][1] += wv * x1;
-            }
+            let wv = ws[k * 16u + tr];
+            let xv = xs[k * 16u + tt];
+            acc0 += wv * xv.x;
+            acc1 += wv * xv.y;
         }
         workgroupBarrier();
     }
     for (var i = 0u; i < 4u; i++) {
-        let row = r0 + tr + 16u * i;
+        let row = r0 + 4u * tr + i;
         if (row >= p.rows) {
             continue;
         }
         for (var j = 0u; j < 2u; j++) {
-            let t = t0 + tt + 16u * j;
+            let t = t0 + 2u * tt + j;
             if (t < p.tokens) {
-                var v = acc[i][j];
+                var v = select(acc0[i], acc1[i], j == 1u);
 #ifdef BIAS
                 v += bias[p.bias_offset + row];
 #endif

@@ -1,5 +1,6 @@
 // RMSNorm over rows of n values: y = x / sqrt(mean(x²) + eps) · w. One workgroup per row; with
-// INPLACE the row is normalized where it lies (per-head q/k norms).
+// INPLACE the row is normalized where it lies (per-head q/k norms); with RESIDUAL the residual
+// add before it is fused: x += y, then y = norm(x) (one dispatch instead of two).
 struct Params {
     n: u32,
     rows: u32,
@@ -11,8 +12,12 @@ struct Params {
     _pad2: u32,
 }
 
+#ifdef RESIDUAL
+@group(0) @binding(0) var<storage, read_write> x: array<f32>;
+#else
 #ifndef INPLACE
 @group(0) @binding(0) var<storage, read> x: array<f32>;
+#endif
 #endif
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
@@ -36,7 +41,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var s = 0.0;
     if (live) {
         for (var i = lid; i < p.n; i += 256u) {
+#ifdef RESIDUAL
+            let v = x[p.x_offset + base + i] + y[p.y_offset + base + i];
+            x[p.x_offset + base + i] = v;
+#else
             let v = input(base + i);
+#endif
             s += v * v;
         }
     }

@@ -1,0 +1,172 @@
+//! `minerva run`: one generation from a prompt, streamed to stdout; with `--json`, one object
+//! with the ids, the text and the speeds instead.
+
+use minerva_engine::session::TextStream;
+use minerva_engine::{BackendKind, Event, Request, SamplerConfig, Session, Stats};
+use minerva_text::{Message, PromptBuilder, Tokenizer};
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A .gguf file, or a SafeTensors / MLX model folder.
+    pub model: PathBuf,
+    #[arg(long)]
+    pub prompt: String,
+    /// Wrap the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temp: f32,
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus sampling threshold (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Drop tokens below min_p times the best one's probability (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Repetition penalty over the last 64 tokens (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// cpu or gpu.
+    #[arg(long, default_value = "cpu")]
+    pub backend: BackendKind,
+    /// Context length of the KV cache (default: the model's, at most 4096).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Print one JSON object at the end instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Output<'a> {
+    ids: &'a [u32],
+    text: &'a str,
+    load_ms: f64,
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    prompt_tokens: usize,
+    generated_tokens: usize,
+    time_to_first_token_ms: f64,
+    stop_reason: &'static str,
+    backend: String,
+}
+
+/// Everything a turn needs besides the model: tokenizer, prompt ids, stop ids.
+pub struct Prepared {
+    pub tokenizer: Arc<Tokenizer>,
+    pub builder: PromptBuilder,
+    pub stop: Vec<u32>,
+}
+
+/// Tokenizer, chat prompt builder and stop ids of a loaded checkpoint.
+pub fn prepare(loaded: &minerva_engine::Loaded) -> Result<Prepared, String> {
+    let ckpt = &loaded.checkpoint;
+    let tokenizer = Arc::new(Tokenizer::from_checkpoint(ckpt).map_err(|e| e.to_string())?);
+    let builder = PromptBuilder::from_checkpoint(ckpt).map_err(|e| e.to_string())?;
+    let mut stop: Vec<u32> = loaded.model.spec.eos_token_ids.clone();
+    stop.extend(tokenizer.eos_ids());
+    if builder.kind() == minerva_text::PromptKind::Harmony {
+        stop.extend(minerva_text::harmony::stop_token_ids(&tokenizer));
+    }
+    stop.sort_unstable();
+    stop.dedup();
+    Ok(Prepared {
+        tokenizer,
+        builder,
+        stop,
+    })
+}
+
+/// The default context: the model's trained length, at most 4096.
+pub fn default_ctx(spec: &minerva_formats::ModelSpec) -> usize {
+    spec.context_length.clamp(1, 4096)
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let loaded = minerva_engine::load(&args.model, args.backend).map_err(|e| e.to_string())?;
+    let p = prepare(&loaded)?;
+    let prompt = if args.chat {
+        let text = p
+            .builder
+            .render(&[Message::user(args.prompt.clone())], true)
+            .map_err(|e| e.to_string())?;
+        p.builder.encode(&p.tokenizer, &text)
+    } else {
+        p.tokenizer.encode(&args.prompt, true)
+    }
+    .map_err(|e| e.to_string())?;
+    let ctx = args.ctx.unwrap_or_else(|| default_ctx(&loaded.model.spec));
+    let backend = loaded.model.backend_name();
+    let handle = Session::new(loaded.model, ctx, loaded.load_ms)
+        .map_err(|e| e.to_string())?
+        .spawn();
+    let sampler = SamplerConfig {
+        temperature: args.temp,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repetition_penalty: args.repeat_penalty,
+        seed: args.seed,
+        ..SamplerConfig::default()
+    };
+    let req = Request {
+        prompt,
+        max_tokens: args.max_tokens,
+        sampler,
+        stop: p.stop.clone(),
+    };
+    let (mut events, _cancel) =
+        handle.generate(req, Box::new(TextStream::new(p.tokenizer.clone(), true)));
+    let (mut ids, mut text) = (Vec::new(), String::new());
+    let mut out = std::io::stdout().lock();
+    let stats: Stats = loop {
+        match events.blocking_recv() {
+            Some(Event::Token { id, text: piece }) => {
+                ids.push(id);
+                show(&mut out, &mut text, &piece, args.json);
+            }
+            Some(Event::Text(piece)) => show(&mut out, &mut text, &piece, args.json),
+            Some(Event::Done { stats }) => break stats,
+            Some(Event::Error(e)) => return Err(e),
+            None => return Err("generation ended without a result".into()),
+        }
+    };
+    if args.json {
+        let o = Output {
+            ids: &ids,
+            text: &text,
+            load_ms: stats.load_ms,
+            prefill_tokens_per_s: stats.prefill_tokens_per_s,
+            decode_tokens_per_s: stats.decode_tokens_per_s,
+            prompt_tokens: stats.prompt_tokens,
+            generated_tokens: stats.generated_tokens,
+            time_to_first_token_ms: stats.time_to_first_token_ms,
+            stop_reason: stats.stop_reason.name(),
+            backend,
+        };
+        let line = serde_json::to_string(&o).map_err(|e| e.to_string())?;
+        writeln!(out, "{line}").map_err(|e| e.to_string())?;
+    } else {
+        writeln!(out).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn show(out: &mut impl Write, all: &mut String, piece: &str, quiet: bool) {
+    all.push_str(piece);
+    if !quiet {
+        let _ = out.write_all(piece.as_bytes());
+        let _ = out.flush();
+    }
+}

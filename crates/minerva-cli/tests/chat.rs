@@ -1,0 +1,53 @@
+//! `minerva chat` end to end: two turns from stdin; the second reuses the first's cache.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+
+/// (generated, prefilled) from each turn's stats line "[N tokens, prefill P at …]".
+fn turn_stats(stderr: &str) -> Vec<(usize, usize)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix('[')?;
+            let (n, rest) = rest.split_once(" tokens, prefill ")?;
+            let (p, _) = rest.split_once(' ')?;
+            Some((n.parse().ok()?, p.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn two_turns_reuse_the_cache() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_minerva"))
+        .arg("chat")
+        .arg(Path::new(FIXTURES).join("qwen3/f32"))
+        .args(["--temp", "0", "--max-tokens", "8"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"What is two plus two?\nAnd three?\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let turns = turn_stats(&stderr);
+    assert_eq!(turns.len(), 2, "{stderr}");
+    let ((n1, p1), (_, p2)) = (turns[0], turns[1]);
+    assert_eq!(n1, 8);
+    // The second prompt holds the whole first turn; only what follows it is computed.
+    assert!(
+        p2 < p1 + n1,
+        "second turn prefilled {p2} tokens (first: {p1} + {n1})"
+    );
+    // One prompt per turn, and one more before end of input.
+    assert!(String::from_utf8_lossy(&out.stdout).matches("> ").count() >= 3);
+}

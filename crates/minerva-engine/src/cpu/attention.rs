@@ -1,0 +1,89 @@
+//! Causal attention over a per-layer KV cache, with GQA, sliding windows and sinks.
+
+use crate::backend::{AttnParams, KvSpec};
+use crate::cpu::matmul::dot;
+use crate::cpu::PARALLEL_WORK;
+use rayon::prelude::*;
+
+/// One layer's keys and values, `[cap, n_kv_heads · head_dim]` each. Position p lives in slot
+/// p mod cap: a full layer holds the whole context, a sliding-window layer a ring that still
+/// holds the window of the oldest query of a step after the step's keys were written.
+pub struct KvStore {
+    cap: usize,
+    width: usize,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl KvStore {
+    pub fn new(spec: &KvSpec) -> KvStore {
+        let cap = match spec.window {
+            Some(w) => spec.ctx.min(w + spec.max_batch.max(1) - 1),
+            None => spec.ctx,
+        };
+        let width = spec.n_kv_heads * spec.head_dim;
+        KvStore {
+            cap,
+            width,
+            k: vec![0.0; cap * width],
+            v: vec![0.0; cap * width],
+        }
+    }
+
+    /// Stores the `n` new keys and values, then attends. `sinks` holds one logit per head.
+    pub fn attend(
+        &mut self,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        sinks: Option<&[f32]>,
+        p: &AttnParams,
+        out: &mut [f32],
+    ) {
+        let (hd, w) = (p.head_dim, self.width);
+        for t in 0..p.n {
+            let slot = (p.pos + t) % self.cap;
+            self.k[slot * w..(slot + 1) * w].copy_from_slice(&k[t * w..(t + 1) * w]);
+            self.v[slot * w..(slot + 1) * w].copy_from_slice(&v[t * w..(t + 1) * w]);
+        }
+        let group = p.n_heads / p.n_kv_heads.max(1);
+        let q_width = p.n_heads * hd;
+        let (kc, vc, cap) = (&self.k, &self.v, self.cap);
+        let work = p.n * p.n_heads * hd * (p.pos + p.n).min(self.cap);
+        let head = |(idx, o): (usize, &mut [f32])| {
+            let (t, h) = (idx / p.n_heads, idx % p.n_heads);
+            let kvh = h / group.max(1);
+            let pos = p.pos + t;
+            let first = p.window.map_or(0, |win| (pos + 1).saturating_sub(win));
+            let qh = &q[t * q_width + h * hd..t * q_width + (h + 1) * hd];
+            let scores: Vec<f32> = (first..=pos)
+                .map(|j| {
+                    let s = (j % cap) * w + kvh * hd;
+                    dot(qh, &kc[s..s + hd]) * p.scale
+                })
+                .collect();
+            let sink = sinks.map(|s| s[h]);
+            let max = scores
+                .iter()
+                .copied()
+                .chain(sink)
+                .fold(f32::NEG_INFINITY, f32::max);
+            let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+            let denom = exps.iter().sum::<f32>() + sink.map_or(0.0, |s| (s - max).exp());
+            o.fill(0.0);
+            for (j, e) in (first..=pos).zip(&exps) {
+                let s = (j % cap) * w + kvh * hd;
+                let wgt = e / denom;
+                for (oo, vv) in o.iter_mut().zip(&vc[s..s + hd]) {
+                    *oo += wgt * vv;
+                }
+            }
+        };
+        let out = &mut out[..p.n * q_width];
+        if work >= PARALLEL_WORK {
+            out.par_chunks_mut(hd).enumerate().for_each(head);
+        } else {
+            out.chunks_mut(hd).enumerate().for_each(head);
+        }
+    }
+}

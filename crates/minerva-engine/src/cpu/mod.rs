@@ -1,0 +1,516 @@
+//! The CPU backend: plain f32 arithmetic over weights kept as stored and dequantized row
+//! block by row block as they are read. It is the reference the GPU backend is checked
+//! against, so it favours the obvious over the clever; rayon spreads output rows over cores.
+
+mod attention;
+mod matmul;
+mod moe;
+
+pub use matmul::dot;
+
+use crate::backend::{
+    AttnParams, Backend, BufId, KvId, KvSpec, Linear, MoeBlock, RopeParams, VecRef, WeightId,
+};
+use crate::error::{EngineError, Result};
+use attention::KvStore;
+use minerva_formats::{dequantize_rows, Activation, DType, RopeStyle, TensorData, TensorView};
+
+/// Below this many multiply-adds an op runs on the calling thread: handing small work to the
+/// thread pool costs more than it saves.
+pub(crate) const PARALLEL_WORK: usize = 1 << 18;
+
+/// `f(0) .. f(n)`, on the thread pool when `work` (multiply-adds) is worth it.
+pub(crate) fn map_tasks<T: Send>(
+    n: usize,
+    work: usize,
+    f: impl Fn(usize) -> T + Sync + Send,
+) -> Vec<T> {
+    use rayon::prelude::*;
+    if work >= PARALLEL_WORK {
+        (0..n).into_par_iter().map(f).collect()
+    } else {
+        (0..n).map(f).collect()
+    }
+}
+
+/// A weight's bytes as stored (copied out of the memory map, so the backend owns them).
+struct Stored {
+    name: String,
+    shape: Vec<usize>,
+    dtype: DType,
+    /// The buffers of `TensorData`, in its field order.
+    bufs: Vec<Vec<u8>>,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Plain,
+    MlxAffine(DType),
+    MlxMxfp4,
+    HfMxfp4,
+}
+
+impl Stored {
+    fn view(&self) -> TensorView<'_> {
+        let b = &self.bufs;
+        let data = match self.kind {
+            Kind::Plain => TensorData::Plain(&b[0]),
+            Kind::MlxAffine(scale_dtype) => TensorData::MlxAffine {
+                weight: &b[0],
+                scales: &b[1],
+                biases: &b[2],
+                scale_dtype,
+            },
+            Kind::MlxMxfp4 => TensorData::MlxMxfp4 {
+                weight: &b[0],
+                scales: &b[1],
+            },
+            Kind::HfMxfp4 => TensorData::HfMxfp4 {
+                blocks: &b[0],
+                scales: &b[1],
+            },
+        };
+        TensorView {
+            name: &self.name,
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            data,
+        }
+    }
+}
+
+/// The uploaded weights.
+pub struct Weights {
+    list: Vec<Stored>,
+}
+
+impl Weights {
+    fn get(&self, id: WeightId) -> Result<TensorView<'_>> {
+        self.list
+            .get(id.0 as usize)
+            .map(Stored::view)
+            .ok_or_else(|| EngineError::Backend(format!("unknown weight handle {}", id.0)))
+    }
+
+    fn vec(&self, v: &VecRef) -> Result<Vec<f32>> {
+        matmul::read_vec(&self.get(v.weight)?, v)
+    }
+
+    /// `out = x · Wᵀ + b` over `n` rows.
+    pub fn linear(&self, x: &[f32], n: usize, lin: &Linear, out: &mut [f32]) -> Result<()> {
+        let w = self.get(lin.w.weight)?;
+        let b = lin.bias.map(|b| self.get(b.weight)).transpose()?;
+        matmul::linear(x, n, &w, lin, b.as_ref(), out)
+    }
+}
+
+struct Buf {
+    cols: usize,
+    data: Vec<f32>,
+}
+
+/// The CPU backend.
+pub struct CpuBackend {
+    weights: Weights,
+    bufs: Vec<Buf>,
+    kvs: Vec<Option<KvStore>>,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CpuBackend {
+    pub fn new() -> CpuBackend {
+        CpuBackend {
+            weights: Weights { list: Vec::new() },
+            bufs: Vec::new(),
+            kvs: Vec::new(),
+        }
+    }
+
+    /// Bytes held for weights (≈ the stored size of the model).
+    pub fn weight_bytes(&self) -> usize {
+        self.weights
+            .list
+            .iter()
+            .map(|s| s.bufs.iter().map(Vec::len).sum::<usize>())
+            .sum()
+    }
+
+    fn buf(&self, b: BufId) -> Result<&Buf> {
+        self.bufs
+            .get(b.0 as usize)
+            .ok_or_else(|| EngineError::Backend(format!("unknown buffer handle {}", b.0)))
+    }
+
+    /// Takes an output buffer's storage out, so inputs can be borrowed while it is written.
+    fn take(&mut self, b: BufId, n: usize, inputs: &[BufId]) -> Result<Vec<f32>> {
+        if inputs.contains(&b) {
+            return Err(EngineError::Backend(
+                "an op's output buffer is also its input".into(),
+            ));
+        }
+        let buf = self
+            .bufs
+            .get_mut(b.0 as usize)
+            .ok_or_else(|| EngineError::Backend(format!("unknown buffer handle {}", b.0)))?;
+        if n * buf.cols > buf.data.len() {
+            return Err(EngineError::Backend(format!(
+                "{n} rows exceed a buffer of {} rows",
+                buf.data.len() / buf.cols.max(1)
+            )));
+        }
+        Ok(std::mem::take(&mut buf.data))
+    }
+
+    fn put(&mut self, b: BufId, data: Vec<f32>) {
+        self.bufs[b.0 as usize].data = data;
+    }
+
+    fn check_width(&self, b: BufId, cols: usize, what: &str) -> Result<()> {
+        let have = self.buf(b)?.cols;
+        if have != cols {
+            return Err(EngineError::Backend(format!(
+                "{what}: buffer of width {have}, {cols} needed"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `gate = act(gate, up)` elementwise.
+pub fn glu_into(gate: &mut [f32], up: &[f32], act: Activation) {
+    let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
+    match act {
+        Activation::Silu => gate
+            .iter_mut()
+            .zip(up)
+            .for_each(|(g, u)| *g = *g * sigmoid(*g) * u),
+        Activation::GptOssClamped { alpha, limit } => gate.iter_mut().zip(up).for_each(|(g, u)| {
+            let gc = g.min(limit);
+            let uc = u.clamp(-limit, limit);
+            *g = (uc + 1.0) * gc * sigmoid(alpha * gc);
+        }),
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        "cpu".to_string()
+    }
+
+    fn upload(&mut self, view: &TensorView) -> Result<WeightId> {
+        let (bufs, kind) = match view.data {
+            TensorData::Plain(b) => (vec![b.to_vec()], Kind::Plain),
+            TensorData::MlxAffine {
+                weight,
+                scales,
+                biases,
+                scale_dtype,
+            } => (
+                vec![weight.to_vec(), scales.to_vec(), biases.to_vec()],
+                Kind::MlxAffine(scale_dtype),
+            ),
+            TensorData::MlxMxfp4 { weight, scales } => {
+                (vec![weight.to_vec(), scales.to_vec()], Kind::MlxMxfp4)
+            }
+            TensorData::HfMxfp4 { blocks, scales } => {
+                (vec![blocks.to_vec(), scales.to_vec()], Kind::HfMxfp4)
+            }
+        };
+        let stored = Stored {
+            name: view.name.to_string(),
+            shape: view.shape.clone(),
+            dtype: view.dtype,
+            bufs,
+            kind,
+        };
+        // Decode one row now, so an unsupported dtype fails at load, naming the tensor.
+        if view.elements() > 0 {
+            let mut row = vec![0f32; view.row_len()];
+            dequantize_rows(&stored.view(), 0, 1, &mut row)?;
+        }
+        self.weights.list.push(stored);
+        Ok(WeightId(self.weights.list.len() as u32 - 1))
+    }
+
+    fn upload_f32(&mut self, name: &str, shape: &[usize], data: &[f32]) -> Result<WeightId> {
+        if shape.iter().product::<usize>() != data.len() {
+            return Err(EngineError::Backend(format!(
+                "'{name}': {} values for shape {shape:?}",
+                data.len()
+            )));
+        }
+        let bytes = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let stored = Stored {
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            dtype: DType::F32,
+            bufs: vec![bytes],
+            kind: Kind::Plain,
+        };
+        self.weights.list.push(stored);
+        Ok(WeightId(self.weights.list.len() as u32 - 1))
+    }
+
+    fn alloc(&mut self, rows: usize, cols: usize) -> Result<BufId> {
+        let len = rows
+            .checked_mul(cols)
+            .ok_or_else(|| EngineError::Backend(format!("buffer {rows}×{cols} too large")))?;
+        self.bufs.push(Buf {
+            cols,
+            data: vec![0.0; len],
+        });
+        Ok(BufId(self.bufs.len() as u32 - 1))
+    }
+
+    fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvId> {
+        let store = KvStore::new(spec);
+        if let Some(slot) = self.kvs.iter().position(Option::is_none) {
+            self.kvs[slot] = Some(store);
+            return Ok(KvId(slot as u32));
+        }
+        self.kvs.push(Some(store));
+        Ok(KvId(self.kvs.len() as u32 - 1))
+    }
+
+    fn free_kv(&mut self, kv: KvId) {
+        if let Some(slot) = self.kvs.get_mut(kv.0 as usize) {
+            *slot = None;
+        }
+    }
+
+    fn embed(&mut self, table: WeightId, ids: &[u32], out: BufId) -> Result<()> {
+        let mut o = self.take(out, ids.len(), &[])?;
+        let res = (|| {
+            let view = self.weights.get(table)?;
+            let hidden = view.row_len();
+            for (t, &id) in ids.iter().enumerate() {
+                if id as usize >= view.rows() {
+                    return Err(EngineError::Invalid(format!(
+                        "token id {id} outside the embedding of {} rows",
+                        view.rows()
+                    )));
+                }
+                dequantize_rows(&view, id as usize, 1, &mut o[t * hidden..(t + 1) * hidden])?;
+            }
+            Ok(())
+        })();
+        self.put(out, o);
+        res
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: BufId,
+        weight: VecRef,
+        out: BufId,
+        n: usize,
+        group: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let w = self.weights.vec(&weight)?;
+        if w.len() != group {
+            return Err(EngineError::Backend(format!(
+                "norm weight of {} for groups of {group}",
+                w.len()
+            )));
+        }
+        let cols = self.buf(x)?.cols;
+        self.check_width(out, cols, "rms_norm")?;
+        let mut o = self.take(out, n, &[x])?;
+        let xs = &self.buf(x)?.data[..n * cols];
+        for (xg, og) in xs.chunks_exact(group).zip(o.chunks_exact_mut(group)) {
+            let ms = xg.iter().map(|v| v * v).sum::<f32>() / group as f32;
+            let r = 1.0 / (ms + eps).sqrt();
+            for ((ov, xv), wv) in og.iter_mut().zip(xg).zip(&w) {
+                *ov = xv * r * wv;
+            }
+        }
+        self.put(out, o);
+        Ok(())
+    }
+
+    fn matmul(&mut self, x: BufId, lin: &Linear, out: BufId, n: usize) -> Result<()> {
+        self.check_width(x, lin.in_dim(), "matmul input")?;
+        self.check_width(out, lin.out_dim(), "matmul output")?;
+        let mut o = self.take(out, n, &[x])?;
+        let res = self
+            .weights
+            .linear(&self.bufs[x.0 as usize].data, n, lin, &mut o);
+        self.put(out, o);
+        res
+    }
+
+    fn rope(&mut self, x: BufId, n: usize, pos: usize, rope: &RopeParams) -> Result<()> {
+        let freqs = self.weights.vec(&VecRef {
+            weight: rope.freqs,
+            row: 0,
+            len: rope.dim / 2,
+        })?;
+        let (hd, half) = (rope.head_dim, rope.dim / 2);
+        let buf = self
+            .bufs
+            .get_mut(x.0 as usize)
+            .ok_or_else(|| EngineError::Backend("unknown buffer".into()))?;
+        let cols = buf.cols;
+        for t in 0..n {
+            let p = (pos + t) as f32;
+            let cs: Vec<(f32, f32)> = freqs
+                .iter()
+                .map(|f| {
+                    let a = p * f;
+                    (
+                        a.cos() * rope.attention_factor,
+                        a.sin() * rope.attention_factor,
+                    )
+                })
+                .collect();
+            for head in buf.data[t * cols..(t + 1) * cols].chunks_exact_mut(hd) {
+                for (i, &(c, s)) in cs.iter().enumerate() {
+                    let (a, b) = match rope.style {
+                        RopeStyle::Halves => (i, i + half),
+                        RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                    };
+                    let (x0, x1) = (head[a], head[b]);
+                    head[a] = x0 * c - x1 * s;
+                    head[b] = x1 * c + x0 * s;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &mut self,
+        q: BufId,
+        k: BufId,
+        v: BufId,
+        kv: KvId,
+        out: BufId,
+        p: &AttnParams,
+    ) -> Result<()> {
+        let sinks = p.sinks.map(|s| self.weights.vec(&s)).transpose()?;
+        let mut o = self.take(out, p.n, &[q, k, v])?;
+        let (qd, kd, vd) = (
+            &self.bufs[q.0 as usize].data,
+            &self.bufs[k.0 as usize].data,
+            &self.bufs[v.0 as usize].data,
+        );
+        let res = match self.kvs.get_mut(kv.0 as usize) {
+            Some(Some(store)) => {
+                store.attend(qd, kd, vd, sinks.as_deref(), p, &mut o);
+                Ok(())
+            }
+            _ => Err(EngineError::Backend(format!(
+                "unknown KV cache handle {}",
+                kv.0
+            ))),
+        };
+        self.put(out, o);
+        res
+    }
+
+    fn glu(&mut self, gate: BufId, up: BufId, out: BufId, n: usize, act: Activation) -> Result<()> {
+        let cols = self.buf(gate)?.cols;
+        let mut o = self.take(out, n, &[gate, up])?;
+        o[..n * cols].copy_from_slice(&self.bufs[gate.0 as usize].data[..n * cols]);
+        glu_into(
+            &mut o[..n * cols],
+            &self.bufs[up.0 as usize].data[..n * cols],
+            act,
+        );
+        self.put(out, o);
+        Ok(())
+    }
+
+    fn moe(&mut self, x: BufId, block: &MoeBlock, out: BufId, n: usize) -> Result<()> {
+        let hidden = self.buf(x)?.cols;
+        let mut o = self.take(out, n, &[x])?;
+        let res = moe::moe(
+            &self.weights,
+            block,
+            &self.bufs[x.0 as usize].data,
+            n,
+            hidden,
+            &mut o,
+        );
+        self.put(out, o);
+        res
+    }
+
+    fn add(&mut self, acc: BufId, x: BufId, n: usize) -> Result<()> {
+        let cols = self.buf(acc)?.cols;
+        self.check_width(x, cols, "add")?;
+        let mut a = self.take(acc, n, &[x])?;
+        for (av, xv) in a[..n * cols].iter_mut().zip(&self.bufs[x.0 as usize].data) {
+            *av += xv;
+        }
+        self.put(acc, a);
+        Ok(())
+    }
+
+    fn copy_rows(
+        &mut self,
+        src: BufId,
+        src_row: usize,
+        dst: BufId,
+        dst_row: usize,
+        n: usize,
+    ) -> Result<()> {
+        let cols = self.buf(src)?.cols;
+        self.check_width(dst, cols, "copy_rows")?;
+        let mut d = self.take(dst, dst_row + n, &[src])?;
+        let s = &self.bufs[src.0 as usize].data;
+        let res = if (src_row + n) * cols > s.len() {
+            Err(EngineError::Backend(
+                "copy_rows past the source buffer".into(),
+            ))
+        } else {
+            d[dst_row * cols..(dst_row + n) * cols]
+                .copy_from_slice(&s[src_row * cols..(src_row + n) * cols]);
+            Ok(())
+        };
+        self.put(dst, d);
+        res
+    }
+
+    fn argmax(&mut self, x: BufId, row: usize) -> Result<u32> {
+        let r = self.read_rows(x, row, 1)?;
+        let mut best = 0;
+        for (i, v) in r.iter().enumerate() {
+            if *v > r[best] {
+                best = i;
+            }
+        }
+        Ok(best as u32)
+    }
+
+    fn top_k(&mut self, x: BufId, row: usize, k: usize) -> Result<Vec<(u32, f32)>> {
+        let r = self.read_rows(x, row, 1)?;
+        let mut idx: Vec<u32> = (0..r.len() as u32).collect();
+        idx.sort_by(|&a, &b| {
+            r[b as usize]
+                .partial_cmp(&r[a as usize])
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        Ok(idx
+            .into_iter()
+            .take(k)
+            .map(|i| (i, r[i as usize]))
+            .collect())
+    }
+
+    fn read_rows(&mut self, x: BufId, first: usize, n: usize) -> Result<Vec<f32>> {
+        let b = self.buf(x)?;
+        let range = first * b.cols..(first + n) * b.cols;
+        b.data
+            .get(range)
+            .map(<[f32]>::to_vec)
+            .ok_or_else(|| EngineError::Backend("read past a buffer's end".into()))
+    }
+}

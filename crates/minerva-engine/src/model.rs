@@ -1,0 +1,402 @@
+//! The decoder-only transformer, written once over the `Backend` ops for every architecture:
+//! the architecture files only decide which weights fill which role, and the spec's flags
+//! (q/k norm, sinks, windows, biases, MoE, RoPE) decide which ops run.
+
+use crate::arch::{load_weights, FfnWeights, ModelWeights};
+use crate::backend::{AttnParams, Backend, BufId, KvId, KvSpec, RopeParams};
+use crate::error::{EngineError, Result};
+use crate::rope::rope_freqs;
+use minerva_formats::{Checkpoint, ModelSpec};
+
+/// How many tokens one forward step processes at most; longer prompts are prefilled in
+/// chunks of this size.
+pub const DEFAULT_MAX_BATCH: usize = 256;
+
+/// Activation buffers of one forward step, sized for `max_batch` tokens.
+struct Scratch {
+    x: BufId,
+    h: BufId,
+    q: BufId,
+    k: BufId,
+    v: BufId,
+    qn: BufId,
+    kn: BufId,
+    att: BufId,
+    gate: BufId,
+    up: BufId,
+    act: BufId,
+    moe_out: BufId,
+    /// The last row of `x`, its norm, and its logits.
+    last: BufId,
+    last_norm: BufId,
+    logits: BufId,
+    /// Logits of every row of a step, allocated on the first `score`.
+    all_logits: Option<BufId>,
+}
+
+/// A loaded model: weights uploaded to a backend, and the scratch buffers to run it.
+pub struct Model {
+    pub spec: ModelSpec,
+    backend: Box<dyn Backend>,
+    weights: ModelWeights,
+    rope: RopeParams,
+    max_batch: usize,
+    s: Scratch,
+}
+
+/// The KV cache of one conversation, and the tokens it holds.
+///
+/// Context policy: a step that would run past `ctx` fails with
+/// [`EngineError::ContextFull`]; nothing is dropped or truncated silently.
+pub struct KvCache {
+    kv: Vec<KvId>,
+    ctx: usize,
+    tokens: Vec<u32>,
+    /// Sliding-window layers keep a ring of this many positions (None: the whole context).
+    ring: Option<(usize, usize)>,
+}
+
+impl KvCache {
+    /// Tokens processed so far (the next position).
+    pub fn pos(&self) -> usize {
+        self.tokens.len()
+    }
+    pub fn ctx(&self) -> usize {
+        self.ctx
+    }
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+}
+
+/// Which logits a forward step produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Logits {
+    /// Only the last token's, left in the backend for sampling.
+    Last,
+    /// Every token's, read back.
+    All,
+}
+
+impl Model {
+    /// Reads the spec, maps and uploads the weights, and allocates the step buffers.
+    pub fn load(ckpt: &Checkpoint, backend: Box<dyn Backend>) -> Result<Model> {
+        let spec = ckpt.spec()?;
+        Self::load_with_spec(ckpt, spec, backend, DEFAULT_MAX_BATCH)
+    }
+
+    /// As [`Model::load`], with a spec given by the caller and the most tokens one forward
+    /// step processes (longer prompts are prefilled in chunks of it).
+    pub fn load_with_spec(
+        ckpt: &Checkpoint,
+        spec: ModelSpec,
+        mut backend: Box<dyn Backend>,
+        max_batch: usize,
+    ) -> Result<Model> {
+        if max_batch == 0 {
+            return Err(EngineError::Invalid("max_batch must be at least 1".into()));
+        }
+        check_spec(&spec).map_err(|what| EngineError::Weights {
+            model: ckpt.main_path().display().to_string(),
+            what,
+        })?;
+        let weights = load_weights(ckpt, &spec, backend.as_mut())?;
+        Self::assemble(spec, weights, backend, max_batch)
+    }
+
+    fn assemble(
+        spec: ModelSpec,
+        weights: ModelWeights,
+        mut b: Box<dyn Backend>,
+        max_batch: usize,
+    ) -> Result<Model> {
+        let freqs = rope_freqs(&spec.rope);
+        let freq_w = b.upload_f32("rope.inv_freq", &[freqs.inv_freq.len()], &freqs.inv_freq)?;
+        let rope = RopeParams {
+            freqs: freq_w,
+            style: spec.rope.style,
+            dim: spec.rope.dim,
+            head_dim: spec.head_dim,
+            attention_factor: freqs.attention_factor,
+        };
+        let (mb, hidden, hd) = (max_batch, spec.hidden_size, spec.head_dim);
+        let (q_dim, kv_dim) = (spec.n_heads * hd, spec.n_kv_heads * hd);
+        let ffn = spec.ffn.max(1);
+        let s = Scratch {
+            x: b.alloc(mb, hidden)?,
+            h: b.alloc(mb, hidden)?,
+            q: b.alloc(mb, q_dim)?,
+            k: b.alloc(mb, kv_dim)?,
+            v: b.alloc(mb, kv_dim)?,
+            qn: b.alloc(mb, q_dim)?,
+            kn: b.alloc(mb, kv_dim)?,
+            att: b.alloc(mb, q_dim)?,
+            gate: b.alloc(mb, ffn)?,
+            up: b.alloc(mb, ffn)?,
+            act: b.alloc(mb, ffn)?,
+            moe_out: b.alloc(mb, hidden)?,
+            last: b.alloc(1, hidden)?,
+            last_norm: b.alloc(1, hidden)?,
+            logits: b.alloc(1, spec.vocab_size)?,
+            all_logits: None,
+        };
+        Ok(Model {
+            spec,
+            backend: b,
+            weights,
+            rope,
+            max_batch,
+            s,
+        })
+    }
+
+    pub fn backend_name(&self) -> String {
+        self.backend.name()
+    }
+
+    /// A fresh KV cache for `ctx` tokens (at most the trained context length is sensible, but
+    /// not enforced: RoPE scaling may allow more).
+    pub fn new_cache(&mut self, ctx: usize) -> Result<KvCache> {
+        if ctx == 0 {
+            return Err(EngineError::Invalid(
+                "context length must be at least 1".into(),
+            ));
+        }
+        let spec = &self.spec;
+        let mut kv = Vec::with_capacity(spec.n_layers);
+        let mut ring = None;
+        for l in 0..spec.n_layers {
+            let window = layer_window(&self.spec, l);
+            if let Some(w) = window {
+                ring = Some((w, w + self.max_batch - 1));
+            }
+            let ks = KvSpec {
+                n_kv_heads: spec.n_kv_heads,
+                head_dim: spec.head_dim,
+                ctx,
+                window,
+                max_batch: self.max_batch,
+            };
+            kv.push(self.backend.alloc_kv(&ks)?);
+        }
+        Ok(KvCache {
+            kv,
+            ctx,
+            tokens: Vec::new(),
+            ring,
+        })
+    }
+
+    /// Releases a cache's backend memory.
+    pub fn free_cache(&mut self, cache: KvCache) {
+        for kv in cache.kv {
+            self.backend.free_kv(kv);
+        }
+    }
+
+    /// Keeps the first `len` tokens of the cache, so that the next step continues from there.
+    /// Returns false (and empties the cache) where sliding-window rings no longer hold the
+    /// positions needed, so the caller prefills from the start.
+    pub fn truncate(&self, cache: &mut KvCache, len: usize) -> bool {
+        let len = len.min(cache.tokens.len());
+        let back = cache.tokens.len() - len;
+        let ok = match cache.ring {
+            Some((w, cap)) if cap < cache.ctx => back + w <= cap,
+            _ => true,
+        };
+        cache.tokens.truncate(if ok { len } else { 0 });
+        ok
+    }
+
+    /// Runs `ids` through the model after the cache's tokens; the last token's logits stay
+    /// in the backend for [`Model::argmax`], [`Model::top_k`] and [`Model::last_logits`].
+    pub fn prefill(&mut self, cache: &mut KvCache, ids: &[u32]) -> Result<()> {
+        self.forward(cache, ids, Logits::Last).map(|_| ())
+    }
+
+    /// Runs `ids` after the cache's tokens and returns every token's logits, `[n, vocab]`.
+    pub fn score(&mut self, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>> {
+        self.forward(cache, ids, Logits::All)
+    }
+
+    /// Greedy choice from the last step's logits.
+    pub fn argmax(&mut self) -> Result<u32> {
+        self.backend.argmax(self.s.logits, 0)
+    }
+
+    /// The `k` best candidates of the last step's logits.
+    pub fn top_k(&mut self, k: usize) -> Result<Vec<(u32, f32)>> {
+        self.backend.top_k(self.s.logits, 0, k)
+    }
+
+    /// The last step's logits.
+    pub fn last_logits(&mut self) -> Result<Vec<f32>> {
+        self.backend.read_rows(self.s.logits, 0, 1)
+    }
+
+    fn forward(&mut self, cache: &mut KvCache, ids: &[u32], want: Logits) -> Result<Vec<f32>> {
+        if ids.is_empty() {
+            return Err(EngineError::Invalid(
+                "a forward step needs at least one token".into(),
+            ));
+        }
+        let needed = cache.pos() + ids.len();
+        if needed > cache.ctx {
+            return Err(EngineError::ContextFull {
+                ctx: cache.ctx,
+                needed,
+            });
+        }
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.spec.vocab_size) {
+            return Err(EngineError::Invalid(format!(
+                "token id {bad} is outside the vocabulary of {}",
+                self.spec.vocab_size
+            )));
+        }
+        let mut all = Vec::new();
+        for chunk in ids.chunks(self.max_batch) {
+            self.step(cache, chunk)?;
+            cache.tokens.extend_from_slice(chunk);
+            if want == Logits::All {
+                all.extend(self.chunk_logits(chunk.len())?);
+            }
+        }
+        if want == Logits::Last {
+            self.last_row_logits((ids.len() - 1) % self.max_batch + 1)?;
+        }
+        Ok(all)
+    }
+
+    /// One forward step over `ids` at the cache's position, leaving the final hidden states in
+    /// `s.x`.
+    fn step(&mut self, cache: &KvCache, ids: &[u32]) -> Result<()> {
+        let (b, s, spec, w) = (self.backend.as_mut(), &self.s, &self.spec, &self.weights);
+        let (n, pos, eps) = (ids.len(), cache.pos(), spec.norm_eps);
+        let (hidden, hd) = (spec.hidden_size, spec.head_dim);
+        b.embed(w.embed, ids, s.x)?;
+        for (l, lw) in w.layers.iter().enumerate() {
+            // Attention: norm, projections, optional per-head q/k norm, RoPE, cached attention.
+            b.rms_norm(s.x, lw.attn_norm, s.h, n, hidden, eps)?;
+            let a = &lw.attn;
+            b.matmul(s.h, &a.q, s.q, n)?;
+            b.matmul(s.h, &a.k, s.k, n)?;
+            b.matmul(s.h, &a.v, s.v, n)?;
+            let (q, k) = match (a.q_norm, a.k_norm) {
+                (Some(qn), Some(kn)) => {
+                    b.rms_norm(s.q, qn, s.qn, n, hd, eps)?;
+                    b.rms_norm(s.k, kn, s.kn, n, hd, eps)?;
+                    (s.qn, s.kn)
+                }
+                _ => (s.q, s.k),
+            };
+            b.rope(q, n, pos, &self.rope)?;
+            b.rope(k, n, pos, &self.rope)?;
+            let window = layer_window(spec, l);
+            let p = AttnParams {
+                n,
+                pos,
+                n_heads: spec.n_heads,
+                n_kv_heads: spec.n_kv_heads,
+                head_dim: hd,
+                window,
+                sinks: a.sinks,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            b.attention(q, k, s.v, cache.kv[l], s.att, &p)?;
+            b.matmul(s.att, &a.o, s.h, n)?;
+            b.add(s.x, s.h, n)?;
+
+            // Feed-forward: norm, then a dense gated FFN or the MoE block; residual.
+            b.rms_norm(s.x, lw.ffn_norm, s.h, n, hidden, eps)?;
+            match &lw.ffn {
+                FfnWeights::Dense(f) => {
+                    b.matmul(s.h, &f.gate, s.gate, n)?;
+                    b.matmul(s.h, &f.up, s.up, n)?;
+                    b.glu(s.gate, s.up, s.act, n, spec.activation)?;
+                    b.matmul(s.act, &f.down, s.h, n)?;
+                }
+                FfnWeights::Moe(m) => {
+                    b.moe(s.h, m, s.moe_out, n)?;
+                    b.copy_rows(s.moe_out, 0, s.h, 0, n)?;
+                }
+            }
+            b.add(s.x, s.h, n)?;
+        }
+        Ok(())
+    }
+
+    /// Logits of the last row of the step just run.
+    fn last_row_logits(&mut self, n: usize) -> Result<()> {
+        let (b, s, w) = (self.backend.as_mut(), &self.s, &self.weights);
+        b.copy_rows(s.x, n - 1, s.last, 0, 1)?;
+        b.rms_norm(
+            s.last,
+            w.output_norm,
+            s.last_norm,
+            1,
+            self.spec.hidden_size,
+            self.spec.norm_eps,
+        )?;
+        b.matmul(s.last_norm, &w.output, s.logits, 1)
+    }
+
+    /// Logits of every row of the step just run, read back.
+    fn chunk_logits(&mut self, n: usize) -> Result<Vec<f32>> {
+        let all = match self.s.all_logits {
+            Some(buf) => buf,
+            None => {
+                let buf = self.backend.alloc(self.max_batch, self.spec.vocab_size)?;
+                self.s.all_logits = Some(buf);
+                buf
+            }
+        };
+        let (b, s, w) = (self.backend.as_mut(), &self.s, &self.weights);
+        b.rms_norm(
+            s.x,
+            w.output_norm,
+            s.h,
+            n,
+            self.spec.hidden_size,
+            self.spec.norm_eps,
+        )?;
+        b.matmul(s.h, &w.output, all, n)?;
+        b.read_rows(all, 0, n)
+    }
+}
+
+/// The attention window of layer `l`, if it is a sliding-window layer.
+fn layer_window(spec: &ModelSpec, l: usize) -> Option<usize> {
+    match (spec.sliding_layers.get(l), spec.sliding_window) {
+        (Some(true), Some(w)) => Some(w),
+        _ => None,
+    }
+}
+
+/// The relations between sizes the ops rely on (the weight shapes, checked against the file
+/// when they are mapped, bound the sizes themselves).
+fn check_spec(s: &ModelSpec) -> std::result::Result<(), String> {
+    if s.n_heads == 0 || s.n_kv_heads == 0 || s.n_heads % s.n_kv_heads != 0 {
+        return Err(format!(
+            "{} attention heads cannot share {} KV heads",
+            s.n_heads, s.n_kv_heads
+        ));
+    }
+    if s.head_dim == 0 || s.rope.dim == 0 || s.rope.dim % 2 != 0 || s.rope.dim > s.head_dim {
+        return Err(format!(
+            "RoPE over {} of {} head dimensions",
+            s.rope.dim, s.head_dim
+        ));
+    }
+    if s.sliding_window == Some(0) {
+        return Err("sliding window of 0 tokens".into());
+    }
+    if let Some(m) = &s.moe {
+        if m.experts_per_token == 0 || m.experts_per_token > m.n_experts {
+            return Err(format!(
+                "{} experts per token of {}",
+                m.experts_per_token, m.n_experts
+            ));
+        }
+    }
+    Ok(())
+}

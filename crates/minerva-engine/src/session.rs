@@ -1,0 +1,346 @@
+//! Generation sessions: a model with the KV cache of one conversation. A turn prefills only the
+//! tokens the cache does not hold yet, then decodes token by token, streaming events. A
+//! session can run on its own thread ([`Session::spawn`]) and stream over a tokio channel.
+//!
+//! Context policy: a prompt that does not fit the context chosen at load fails with
+//! [`EngineError::ContextFull`]; a generation that reaches the end of the context stops with
+//! [`StopReason::ContextFull`]. Nothing is truncated silently.
+
+use crate::error::{EngineError, Result};
+use crate::model::{KvCache, Model};
+use crate::sampler::{Sampler, SamplerConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// A stop token was produced (it is included in the output).
+    Stop,
+    MaxTokens,
+    Cancelled,
+    /// The context chosen at load is full.
+    ContextFull,
+}
+
+impl StopReason {
+    pub fn name(&self) -> &'static str {
+        match self {
+            StopReason::Stop => "stop",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::Cancelled => "cancelled",
+            StopReason::ContextFull => "context_full",
+        }
+    }
+}
+
+/// Timings and counts of one generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stats {
+    /// Time to load the model (the session's, repeated for every turn).
+    pub load_ms: f64,
+    /// Tokens of the prompt (the whole conversation so far).
+    pub prompt_tokens: usize,
+    /// Tokens actually prefilled (those the cache did not hold).
+    pub prefill_tokens: usize,
+    pub prefill_tokens_per_s: f64,
+    pub generated_tokens: usize,
+    /// Decode speed over the tokens after the first.
+    pub decode_tokens_per_s: f64,
+    /// From the start of the turn to the first generated token.
+    pub time_to_first_token_ms: f64,
+    pub stop_reason: StopReason,
+}
+
+/// Turns generated ids into text as they arrive (a streaming detokenizer).
+pub trait TokenText: Send {
+    /// Text completed by this token (may be empty while a multi-byte character is pending).
+    fn push(&mut self, id: u32) -> String;
+
+    /// Text still held back when the generation ends.
+    fn finish(&mut self) -> String {
+        String::new()
+    }
+}
+
+/// No text: events carry ids only.
+pub struct NoText;
+
+impl TokenText for NoText {
+    fn push(&mut self, _id: u32) -> String {
+        String::new()
+    }
+}
+
+/// What a session streams.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Token {
+        id: u32,
+        text: String,
+    },
+    /// Text the detokenizer held back until the end (sent before `Done`, only when not empty).
+    Text(String),
+    Done {
+        stats: Stats,
+    },
+    Error(String),
+}
+
+/// One turn's request.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The whole conversation's ids; what the cache already holds is not computed again.
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub sampler: SamplerConfig,
+    /// Ids that end the generation (eos, end of turn).
+    pub stop: Vec<u32>,
+}
+
+/// A model and one conversation's cache.
+pub struct Session {
+    pub model: Model,
+    cache: KvCache,
+    load_ms: f64,
+}
+
+impl Session {
+    /// A session with a cache of `ctx` tokens; `load_ms` is reported in the stats.
+    pub fn new(mut model: Model, ctx: usize, load_ms: f64) -> Result<Session> {
+        let cache = model.new_cache(ctx)?;
+        Ok(Session {
+            model,
+            cache,
+            load_ms,
+        })
+    }
+
+    /// Tokens the cache holds.
+    pub fn cached(&self) -> &[u32] {
+        self.cache.tokens()
+    }
+
+    /// Brings the cache to hold exactly `prompt`, computing only what it lacks, and leaves the
+    /// last token's logits ready. Returns the number of tokens computed.
+    pub fn prefill(&mut self, prompt: &[u32]) -> Result<usize> {
+        if prompt.is_empty() {
+            return Err(EngineError::Invalid("the prompt is empty".into()));
+        }
+        if prompt.len() > self.cache.ctx() {
+            return Err(EngineError::ContextFull {
+                ctx: self.cache.ctx(),
+                needed: prompt.len(),
+            });
+        }
+        let common = self
+            .cache
+            .tokens()
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        // The last prompt token is always run again: its logits choose the next token.
+        let keep = common.min(prompt.len() - 1);
+        let keep = if self.model.truncate(&mut self.cache, keep) {
+            keep
+        } else {
+            0
+        };
+        self.model.prefill(&mut self.cache, &prompt[keep..])?;
+        Ok(prompt.len() - keep)
+    }
+
+    /// The logits left by the last step.
+    pub fn last_logits(&mut self) -> Result<Vec<f32>> {
+        self.model.last_logits()
+    }
+
+    /// Runs one turn, calling `emit` with each event (a `Done` at the end); stops within one
+    /// token of `cancel` being set. Errors are returned, not emitted.
+    pub fn generate(
+        &mut self,
+        req: &Request,
+        cancel: &AtomicBool,
+        text: &mut dyn TokenText,
+        emit: &mut dyn FnMut(Event),
+    ) -> Result<Stats> {
+        let start = Instant::now();
+        let prefilled = self.prefill(&req.prompt)?;
+        let prefill_s = start.elapsed().as_secs_f64();
+        let mut sampler = Sampler::new(req.sampler.clone());
+        let mut history = req.prompt.clone();
+        let mut ttft_ms = 0.0;
+        let mut decode_start = Instant::now();
+        let mut generated = 0;
+        let stop_reason = loop {
+            if cancel.load(Ordering::Relaxed) {
+                break StopReason::Cancelled;
+            }
+            if generated == req.max_tokens {
+                break StopReason::MaxTokens;
+            }
+            let id = if sampler.config.is_plain_argmax() {
+                self.model.argmax()?
+            } else if let Some(k) = sampler.config.candidates() {
+                let candidates = self.model.top_k(k)?;
+                sampler.sample_candidates(&candidates)
+            } else {
+                let logits = self.model.last_logits()?;
+                sampler.sample(&logits, &history)
+            };
+            generated += 1;
+            history.push(id);
+            if generated == 1 {
+                ttft_ms = start.elapsed().as_secs_f64() * 1e3;
+                decode_start = Instant::now();
+            }
+            emit(Event::Token {
+                id,
+                text: text.push(id),
+            });
+            if req.stop.contains(&id) {
+                break StopReason::Stop;
+            }
+            if generated == req.max_tokens {
+                break StopReason::MaxTokens;
+            }
+            if self.cache.pos() >= self.cache.ctx() {
+                break StopReason::ContextFull;
+            }
+            self.model.prefill(&mut self.cache, &[id])?;
+        };
+        // Decode speed counts the forward steps after the first token.
+        let steps = generated.saturating_sub(1) as f64;
+        let decode_s = decode_start.elapsed().as_secs_f64();
+        let stats = Stats {
+            load_ms: self.load_ms,
+            prompt_tokens: req.prompt.len(),
+            prefill_tokens: prefilled,
+            prefill_tokens_per_s: rate(prefilled as f64, prefill_s),
+            generated_tokens: generated,
+            decode_tokens_per_s: if steps > 0.0 {
+                rate(steps, decode_s)
+            } else {
+                0.0
+            },
+            time_to_first_token_ms: ttft_ms,
+            stop_reason,
+        };
+        emit(Event::Done {
+            stats: stats.clone(),
+        });
+        Ok(stats)
+    }
+
+    /// Moves the session to a thread of its own; turns are queued and run in order.
+    pub fn spawn(self) -> SessionHandle {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let thread = std::thread::spawn(move || {
+            let mut session = self;
+            for job in rx {
+                let Job {
+                    req,
+                    mut text,
+                    cancel,
+                    events,
+                } = job;
+                let mut emit = |e: Event| {
+                    let _ = events.send(e);
+                };
+                if let Err(e) = session.generate(&req, &cancel, text.as_mut(), &mut emit) {
+                    let _ = events.send(Event::Error(e.to_string()));
+                }
+            }
+        });
+        SessionHandle {
+            jobs: Some(tx),
+            thread: Some(thread),
+        }
+    }
+}
+
+fn rate(n: f64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        n / secs
+    } else {
+        0.0
+    }
+}
+
+struct Job {
+    req: Request,
+    text: Box<dyn TokenText>,
+    cancel: Arc<AtomicBool>,
+    events: UnboundedSender<Event>,
+}
+
+/// A session running on its own thread.
+pub struct SessionHandle {
+    jobs: Option<std::sync::mpsc::Sender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SessionHandle {
+    /// Queues a turn. Events arrive on the receiver, ending with `Done` or `Error`; setting
+    /// the returned flag cancels the turn within one token.
+    pub fn generate(
+        &self,
+        req: Request,
+        text: Box<dyn TokenText>,
+    ) -> (UnboundedReceiver<Event>, Arc<AtomicBool>) {
+        let (tx, rx) = unbounded_channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let job = Job {
+            req,
+            text,
+            cancel: cancel.clone(),
+            events: tx.clone(),
+        };
+        if self.jobs.as_ref().is_none_or(|j| j.send(job).is_err()) {
+            let _ = tx.send(Event::Error("the session's thread has stopped".into()));
+        }
+        (rx, cancel)
+    }
+}
+
+impl Drop for SessionHandle {
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Streaming text through a `minerva_text` tokenizer.
+pub struct TextStream {
+    tokenizer: Arc<minerva_text::Tokenizer>,
+    detok: minerva_text::Detokenizer,
+}
+
+impl TextStream {
+    /// `skip_special`: leave special tokens out of the text.
+    pub fn new(tokenizer: Arc<minerva_text::Tokenizer>, skip_special: bool) -> TextStream {
+        TextStream {
+            tokenizer,
+            detok: minerva_text::Detokenizer::new(skip_special),
+        }
+    }
+}
+
+impl TokenText for TextStream {
+    fn push(&mut self, id: u32) -> String {
+        // An id the tokenizer cannot decode shows as the replacement character, not an error:
+        // the ids themselves are still reported.
+        self.detok
+            .push(&self.tokenizer, id)
+            .unwrap_or_else(|_| "\u{FFFD}".to_string())
+    }
+
+    fn finish(&mut self) -> String {
+        self.detok.finish(&self.tokenizer).unwrap_or_default()
+    }
+}
