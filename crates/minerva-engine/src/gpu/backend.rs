@@ -68,6 +68,8 @@ pub struct GpuBackend {
     scratch: Scratch,
     pending: Vec<Arc<Dispatch>>,
     recorded: HashMap<u64, Vec<Arc<Dispatch>>>,
+    /// Weight decoders whose pipelines are being built ahead of use.
+    warmed: Vec<super::shader::Defines>,
 }
 
 fn bad(what: String) -> EngineError {
@@ -79,7 +81,7 @@ impl GpuBackend {
         let ctx = Arc::new(GpuContext::new(opts)?);
         let step = ctx.uniform("step", &Step::default());
         let ids = ctx.storage("token ids", 4 * 64);
-        Ok(GpuBackend {
+        let b = GpuBackend {
             ops: Ops::new(ctx.clone()),
             kv_f16: !opts.kv_f32,
             ctx,
@@ -98,7 +100,10 @@ impl GpuBackend {
             scratch: Scratch::default(),
             pending: Vec::new(),
             recorded: HashMap::new(),
-        })
+            warmed: Vec::new(),
+        };
+        b.ops.warm_up(&[], b.kv_f16);
+        Ok(b)
     }
 
     pub fn context(&self) -> &Arc<GpuContext> {
@@ -480,6 +485,11 @@ impl Backend for GpuBackend {
         let n = view.shape.len();
         let align = if n >= 3 { view.shape[n - 2] } else { 1 };
         let w = GpuWeight::upload(&self.ctx, view, align)?;
+        let dec = w.decoder();
+        if !self.warmed.contains(&dec) {
+            self.ops.warm_up(std::slice::from_ref(&dec), self.kv_f16);
+            self.warmed.push(dec);
+        }
         self.weights.push(w);
         Ok(WeightId(self.weights.len() as u32 - 1))
     }

@@ -386,7 +386,7 @@ impl KvCache {
 
 pub struct Ops {
     pub ctx: Arc<GpuContext>,
-    pipelines: Pipelines,
+    pipelines: Arc<Pipelines>,
 }
 
 const MATVEC_WG: u32 = 128;
@@ -396,7 +396,7 @@ impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
         Ops {
             ctx,
-            pipelines: Pipelines::default(),
+            pipelines: Arc::new(Pipelines::default()),
         }
     }
 
@@ -416,6 +416,89 @@ impl Ops {
         groups: [u32; 3],
     ) -> Dispatch {
         Dispatch::new(&self.ctx, pipe, entries, groups)
+    }
+
+    fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool) -> Defines {
+        let tpr = MATVEC_WG / MATVEC_RPW;
+        let caps = self.ctx.caps;
+        let mut d = with(
+            decoder,
+            &[
+                ("WG", format!("{MATVEC_WG}u")),
+                ("RPW", format!("{MATVEC_RPW}u")),
+            ],
+        );
+        if caps.subgroups && caps.subgroup_max <= tpr && tpr % caps.subgroup_max == 0 {
+            d.insert("SUBGROUPS".into(), String::new());
+        }
+        if experts {
+            d.insert("MOE".into(), String::new());
+        }
+        if bias {
+            d.insert("BIAS".into(), String::new());
+        }
+        d
+    }
+
+    fn eltwise_defines(op: Eltwise) -> Defines {
+        let flag = match op {
+            Eltwise::Add => "OP_ADD",
+            Eltwise::Copy => "OP_COPY",
+            Eltwise::SwiGlu => "OP_SWIGLU",
+            Eltwise::GluOss { .. } => "OP_GLU_OSS",
+            Eltwise::ScaledAdd { .. } => "OP_SCALED_ADD",
+        };
+        let mut d = defines(&[(flag, String::new())]);
+        if op == (Eltwise::ScaledAdd { sigmoid: true }) {
+            d.insert("SIGMOID".into(), String::new());
+        }
+        if matches!(op, Eltwise::Add | Eltwise::Copy) {
+            d.insert("ONE_INPUT".into(), String::new());
+        }
+        d
+    }
+
+    /// Builds, on a background thread, the pipelines a model's steps will use: those of the
+    /// weight dtypes in `decoders` and the fixed kernels, so that compiling them overlaps the
+    /// weight upload instead of delaying the first token.
+    pub fn warm_up(&self, decoders: &[Defines], kv_f16: bool) {
+        let mut jobs: Vec<(&'static str, Defines, &'static str)> = Vec::new();
+        for dec in decoders {
+            jobs.push((
+                "matvec.wgsl",
+                self.matvec_defines(dec.clone(), false, false),
+                "main",
+            ));
+            jobs.push(("matmul.wgsl", dec.clone(), "main"));
+            jobs.push(("embed.wgsl", dec.clone(), "main"));
+        }
+        if decoders.is_empty() {
+            for mode in ["PLAIN", "INPLACE", "RESIDUAL"] {
+                jobs.push(("norm.wgsl", defines(&[(mode, String::new())]), "main"));
+            }
+            jobs.push(("rope.wgsl", Defines::new(), "main"));
+            jobs.push(("rope.wgsl", defines(&[("TWO", String::new())]), "main"));
+            let kv = if kv_f16 {
+                Defines::new()
+            } else {
+                defines(&[("KV_F32", String::new())])
+            };
+            jobs.push(("attention.wgsl", kv.clone(), "write_kv"));
+            jobs.push(("attention.wgsl", kv.clone(), "attend"));
+            jobs.push(("attention.wgsl", kv.clone(), "combine"));
+            for op in [Eltwise::Add, Eltwise::Copy, Eltwise::SwiGlu] {
+                jobs.push(("elementwise.wgsl", Self::eltwise_defines(op), "main"));
+            }
+            jobs.push(("select.wgsl", Defines::new(), "main"));
+            jobs.push(("select.wgsl", defines(&[("TOPK", String::new())]), "main"));
+        }
+        let (ctx, pipelines) = (self.ctx.clone(), self.pipelines.clone());
+        std::thread::spawn(move || {
+            for (file, d, entry) in jobs {
+                // Errors surface when an op asks for the pipeline; none are reported from here.
+                pipelines.prepare(&ctx, file, &d, entry);
+            }
+        });
     }
 
     fn weight_defines(&self, w: &GpuWeight, sel: &MatSel) -> Defines {
@@ -440,24 +523,11 @@ impl Ops {
         experts: Option<ExpertSel>,
     ) -> GpuResult<Vec<Dispatch>> {
         w.check_sel(sel)?;
-        let tpr = MATVEC_WG / MATVEC_RPW;
-        let caps = self.ctx.caps;
-        let mut d = with(
+        let d = self.matvec_defines(
             self.weight_defines(w, sel),
-            &[
-                ("WG", format!("{MATVEC_WG}u")),
-                ("RPW", format!("{MATVEC_RPW}u")),
-            ],
+            experts.is_some(),
+            bias.is_some(),
         );
-        if caps.subgroups && caps.subgroup_max <= tpr && tpr % caps.subgroup_max == 0 {
-            d.insert("SUBGROUPS".into(), String::new());
-        }
-        if experts.is_some() {
-            d.insert("MOE".into(), String::new());
-        }
-        if bias.is_some() {
-            d.insert("BIAS".into(), String::new());
-        }
         let pipe = self.pipeline("matvec.wgsl", &d, "main")?;
         let mrows = w.matrix_rows(sel.input_major);
         // Stored rows per matrix (parts hold whole matrices when used with experts).
@@ -721,26 +791,12 @@ impl Ops {
         n: u32,
         rows: u32,
     ) -> GpuResult<Dispatch> {
-        let flag = match op {
-            Eltwise::Add => "OP_ADD",
-            Eltwise::Copy => "OP_COPY",
-            Eltwise::SwiGlu => "OP_SWIGLU",
-            Eltwise::GluOss { .. } => "OP_GLU_OSS",
-            Eltwise::ScaledAdd { .. } => "OP_SCALED_ADD",
-        };
         let (alpha, limit) = match op {
             Eltwise::GluOss { alpha, limit } => (alpha, limit),
             _ => (0.0, 0.0),
         };
         let one_input = matches!(op, Eltwise::Add | Eltwise::Copy);
-        let mut d = defines(&[(flag, String::new())]);
-        if op == (Eltwise::ScaledAdd { sigmoid: true }) {
-            d.insert("SIGMOID".into(), String::new());
-        }
-        if one_input {
-            d.insert("ONE_INPUT".into(), String::new());
-        }
-        let pipe = self.pipeline("elementwise.wgsl", &d, "main")?;
+        let pipe = self.pipeline("elementwise.wgsl", &Self::eltwise_defines(op), "main")?;
         let bb = b.unwrap_or(a);
         let params = EltParams {
             n,

@@ -23,6 +23,23 @@ impl Pipelines {
         defs: &Defines,
         entry: &str,
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        self.build(ctx, file, defs, entry, true)
+    }
+
+    /// Builds a pipeline ahead of use without consuming device errors (another thread may be
+    /// the one to report them); a kernel that fails here fails again, reported, when used.
+    pub fn prepare(&self, ctx: &GpuContext, file: &str, defs: &Defines, entry: &str) {
+        let _ = self.build(ctx, file, defs, entry, false);
+    }
+
+    fn build(
+        &self,
+        ctx: &GpuContext,
+        file: &str,
+        defs: &Defines,
+        entry: &str,
+        checked: bool,
+    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let key: Key = (
             file.to_string(),
             defs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
@@ -50,6 +67,10 @@ impl Pipelines {
                 compilation_options: Default::default(),
                 cache: None,
             });
+        if !checked {
+            // Not cached: the using op builds it again and reports what goes wrong.
+            return Ok(Arc::new(pipeline));
+        }
         ctx.check().map_err(|e| match e {
             GpuError::Validation(m) => {
                 GpuError::Validation(format!("kernel {label} {defs:?}: {m}"))
