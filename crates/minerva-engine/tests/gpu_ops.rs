@@ -95,6 +95,7 @@ fn rms_norm_out_of_place_in_place_and_after_a_residual_add() {
     );
 }
 
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 fn cpu_rope(
     v: &mut [f32],
     pos0: usize,

@@ -512,6 +512,7 @@ impl Ops {
 
     /// y[z] = W · x[z] (+ bias) for `batch` vectors over the outputs `sel` picks; with
     /// `experts`, batch item z uses matrix ids[z] (and bias values ids[z] · expert_stride on).
+    #[allow(clippy::too_many_arguments)]
     pub fn matvec(
         &self,
         w: &GpuWeight,

@@ -119,7 +119,7 @@ impl Dispatch {
     }
 
     pub fn record(&self, pass: &mut wgpu::ComputePass) {
-        if self.groups.iter().any(|&g| g == 0) {
+        if self.groups.contains(&0) {
             return;
         }
         pass.set_pipeline(&self.pipeline);

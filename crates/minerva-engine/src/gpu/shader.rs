@@ -124,7 +124,7 @@ fn substitute(line: &str, defines: &Defines, out: &mut String) {
         } else {
             let start = i;
             i += 1;
-            while i < bytes.len() && line.is_char_boundary(i) == false {
+            while i < bytes.len() && !line.is_char_boundary(i) {
                 i += 1;
             }
             out.push_str(&line[start..i]);

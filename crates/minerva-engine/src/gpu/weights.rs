@@ -26,8 +26,10 @@ pub struct GpuWeight {
     pub parts: Vec<WeightPart>,
 }
 
-/// The stored buffers of a view and the bytes each holds per row.
-fn components<'a>(view: &TensorView<'a>) -> GpuResult<(Vec<&'a [u8]>, Vec<usize>, Option<DType>)> {
+/// A view's stored buffers, the bytes each holds per row, and the MLX scale dtype.
+type Components<'a> = (Vec<&'a [u8]>, Vec<usize>, Option<DType>);
+
+fn components<'a>(view: &TensorView<'a>) -> GpuResult<Components<'a>> {
     let cols = view.row_len();
     let bad = |reason: String| GpuError::Unsupported {
         tensor: view.name.to_string(),
