@@ -303,7 +303,7 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect()
 }
 
-/// Prefills `first` tokens, then decodes the rest one by one, comparing every step.
+/// Prefills `first` tokens, then the rest `then` at a time, comparing every step.
 fn attention_case(
     ctx: &Arc<GpuContext>,
     shape: AttnShape,
@@ -311,6 +311,7 @@ fn attention_case(
     sinks: Option<Vec<f32>>,
     total: usize,
     first: usize,
+    then: usize,
 ) {
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(13 + total as u64);
@@ -330,7 +331,10 @@ fn attention_case(
     let cache = KvCache::new(ctx, shape.cache_len, shape.kv_heads, shape.head_dim, f16);
     let sink_buf = sinks.as_ref().map(|s| ctx.storage_with("sinks", s));
     let step_buf = ctx.uniform("step", &Step::default());
-    let scratch = ctx.storage("scratch", shape.scratch_len(first as u32) * 4);
+    let scratch_len = shape
+        .scratch_len(first as u32)
+        .max(shape.scratch_len(then as u32));
+    let scratch = ctx.storage("scratch", scratch_len * 4);
     let what = format!(
         "attention f16={f16} window={} cache={} sinks={}",
         shape.window,
@@ -339,7 +343,11 @@ fn attention_case(
     );
     let mut pos = 0;
     while pos < total {
-        let n = if pos == 0 { first } else { 1 };
+        let n = if pos == 0 {
+            first
+        } else {
+            then.min(total - pos)
+        };
         // src = [k | v] of the step's tokens; q separately; out offset by 1 to test offsets.
         let mut src = k[pos * kv_n * d..(pos + n) * kv_n * d].to_vec();
         src.extend(&v[pos * kv_n * d..(pos + n) * kv_n * d]);
@@ -406,8 +414,8 @@ fn attention_full_window_and_sinks() {
         scale: 0.25,
     };
     // 270 prefill tokens span two key chunks; then two decode steps.
-    attention_case(&ctx, base, true, None, 272, 270);
-    attention_case(&ctx, base, false, None, 40, 37);
+    attention_case(&ctx, base, true, None, 272, 270, 1);
+    attention_case(&ctx, base, false, None, 40, 37, 1);
     attention_case(
         &ctx,
         AttnShape { window: 7, ..base },
@@ -415,6 +423,31 @@ fn attention_full_window_and_sinks() {
         Some(vec![0.5, -1.0, 2.0, 0.0]),
         30,
         20,
+        1,
+    );
+}
+
+#[test]
+fn attention_over_more_chunks_than_workgroups() {
+    let Some(ctx) = shared() else { return };
+    // 11 key chunks: the prompt runs one workgroup per query over all of them, the 3-token
+    // steps 8 workgroups per query, some taking two chunks, merged by the combine pass.
+    let shape = AttnShape {
+        heads: 4,
+        kv_heads: 1,
+        head_dim: 16,
+        cache_len: 2600,
+        window: 0,
+        scale: 0.25,
+    };
+    attention_case(
+        &ctx,
+        shape,
+        true,
+        Some(vec![0.3, -0.2, 0.0, 1.0]),
+        2599,
+        2590,
+        3,
     );
 }
 
@@ -430,7 +463,7 @@ fn attention_sliding_window_cache_wraps() {
         window: 5,
         scale: 0.3,
     };
-    attention_case(&ctx, shape, true, Some(vec![0.1; 6]), 14, 1);
+    attention_case(&ctx, shape, true, Some(vec![0.1; 6]), 14, 1, 1);
 }
 
 #[test]

@@ -343,7 +343,7 @@ pub struct AttnShape {
 }
 
 impl AttnShape {
-    /// Chunks per (head, token) of the scratch buffer.
+    /// Key chunks a query may span.
     pub fn chunks(&self) -> u32 {
         let keys = if self.window == 0 {
             self.cache_len
@@ -353,9 +353,21 @@ impl AttnShape {
         keys.div_ceil(ATTN_CHUNK).max(1)
     }
 
+    /// Workgroups per (head, query), each taking every `splits`-th chunk: many for one query
+    /// (decode: parallelism comes from the keys), one for long prompts (it comes from the
+    /// queries, and scratch stays small).
+    pub fn splits(&self, tokens: u32) -> u32 {
+        let cap = match tokens {
+            0 | 1 => 32,
+            2..=15 => 8,
+            _ => 1,
+        };
+        self.chunks().min(cap)
+    }
+
     /// f32 values of scratch needed for `tokens` queries.
     pub fn scratch_len(&self, tokens: u32) -> u64 {
-        tokens as u64 * self.heads as u64 * self.chunks() as u64 * (self.head_dim as u64 + 2)
+        tokens as u64 * self.heads as u64 * self.splits(tokens) as u64 * (self.head_dim as u64 + 2)
     }
 }
 
@@ -839,7 +851,7 @@ impl Ops {
         )?;
         let ub = self.ctx.uniform(
             "kv params",
-            &self.attn_params(shape, 0, k.offset, v.offset, 0, 0),
+            &self.attn_params(shape, tokens, 0, k.offset, v.offset, 0, 0),
         );
         let per_token = shape.kv_heads * shape.head_dim / 2;
         Ok(self.dispatch(
@@ -882,6 +894,7 @@ impl Ops {
             "attention params",
             &self.attn_params(
                 shape,
+                tokens,
                 q_offset,
                 0,
                 0,
@@ -899,7 +912,7 @@ impl Ops {
                 (4, q),
                 (5, scratch),
             ],
-            [shape.chunks(), shape.heads, tokens],
+            [shape.splits(tokens), shape.heads, tokens],
         );
         let mut entries = vec![(0, &ub), (1, step), (5, scratch), (6, out)];
         if let Some(s) = sinks {
@@ -920,9 +933,11 @@ impl Ops {
         d
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn attn_params(
         &self,
         s: &AttnShape,
+        tokens: u32,
         q_offset: u32,
         k_offset: u32,
         v_offset: u32,
@@ -935,7 +950,7 @@ impl Ops {
             head_dim: s.head_dim,
             cache_len: s.cache_len,
             window: s.window,
-            chunks: s.chunks(),
+            chunks: s.splits(tokens),
             q_offset,
             k_offset,
             v_offset,

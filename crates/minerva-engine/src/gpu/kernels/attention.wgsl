@@ -2,9 +2,10 @@
 //   write_kv  stores the step's keys and values at slot (pos0 + t) % cache_len (f16 pairs in
 //             u32 words, or f32 with KV_F32). A sliding-window layer's cache may hold just the
 //             window plus one step's tokens; positions wrap around it.
-//   attend    for each (key chunk, query head, token): scores of up to CHUNK causal keys inside
-//             the window, their max m, Σexp l and the exp-weighted sum of values.
-//   combine   merges the chunks of each (head, token), with the head's sink logit (SINKS) in the
+//   attend    for each (split, query head, token): the causal keys inside the window, taken
+//             CHUNK at a time (chunks split, split + splits, …), with a running max m, Σexp l
+//             and exp-weighted sum of values.
+//   combine   merges the splits of each (head, token), with the head's sink logit (SINKS) in the
 //             denominator only.
 // Query head h reads KV head h / (heads / kv_heads) (grouped-query attention).
 struct Params {
@@ -13,7 +14,7 @@ struct Params {
     head_dim: u32,
     cache_len: u32,
     window: u32,      // 0: attend to every earlier position
-    chunks: u32,      // chunks per (head, token) in the scratch buffer
+    chunks: u32,      // splits per (head, token) in the scratch buffer
     q_offset: u32,
     k_offset: u32,    // write_kv: offset of the new keys
     v_offset: u32,
@@ -107,70 +108,87 @@ fn first_key(qp: u32) -> u32 {
 
 @compute @workgroup_size(64)
 fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let c = wid.x;
+    let split = wid.x;
     let h = wid.y;
     let t = wid.z;
     let d = p.head_dim;
     let qp = step.pos0 + t;
     let lo = first_key(qp);
-    let start = lo + c * CHUNK;
-    let end = min(start + CHUNK, qp + 1u);
     let kvh = h / (p.heads / p.kv_heads);
-    let row = (t * p.heads + h) * p.chunks + c;
-    let n = select(0u, end - start, start < end);
+    let row = (t * p.heads + h) * p.chunks + split;
 
     for (var i = lid; i < d; i += WG) {
         qv[i] = src[p.q_offset + (t * p.heads + h) * d + i] * p.scale;
     }
-    workgroupBarrier();
-    var m = NEG;
-    for (var j = lid; j < n; j += WG) {
-        let base = ((start + j) % p.cache_len * p.kv_heads + kvh) * d;
-        var s = 0.0;
-        for (var i = 0u; i < d; i += 2u) {
-            let kv = k_pair(base + i);
-            s += qv[i] * kv.x + qv[i + 1u] * kv.y;
-        }
-        scores[j] = s;
-        m = max(m, s);
-    }
-    red[lid] = m;
-    workgroupBarrier();
-    for (var st = WG / 2u; st > 0u; st >>= 1u) {
-        if (lid < st) {
-            red[lid] = max(red[lid], red[lid + st]);
-        }
+    // This thread's value dims: pairs 2·lid + 2·WG·q (head_dim ≤ 512).
+    var acc: array<vec2<f32>, 4>;
+    var m_run = NEG;
+    var l_run = 0.0;
+    for (var c = split; lo + c * CHUNK <= qp; c += p.chunks) {
+        let start = lo + c * CHUNK;
+        let n = min(start + CHUNK, qp + 1u) - start;
         workgroupBarrier();
-    }
-    let mx = red[0];
-    workgroupBarrier();
-    var l = 0.0;
-    for (var j = lid; j < n; j += WG) {
-        let e = exp(scores[j] - mx);
-        scores[j] = e;
-        l += e;
-    }
-    red[lid] = l;
-    workgroupBarrier();
-    for (var st = WG / 2u; st > 0u; st >>= 1u) {
-        if (lid < st) {
-            red[lid] += red[lid + st];
+        var m = NEG;
+        for (var j = lid; j < n; j += WG) {
+            let base = ((start + j) % p.cache_len * p.kv_heads + kvh) * d;
+            var s = 0.0;
+            for (var i = 0u; i < d; i += 2u) {
+                let kv = k_pair(base + i);
+                s += qv[i] * kv.x + qv[i + 1u] * kv.y;
+            }
+            scores[j] = s;
+            m = max(m, s);
         }
+        red[lid] = m;
         workgroupBarrier();
+        for (var st = WG / 2u; st > 0u; st >>= 1u) {
+            if (lid < st) {
+                red[lid] = max(red[lid], red[lid + st]);
+            }
+            workgroupBarrier();
+        }
+        let m_new = max(m_run, red[0]);
+        workgroupBarrier();
+        var l = 0.0;
+        for (var j = lid; j < n; j += WG) {
+            let e = exp(scores[j] - m_new);
+            scores[j] = e;
+            l += e;
+        }
+        red[lid] = l;
+        workgroupBarrier();
+        for (var st = WG / 2u; st > 0u; st >>= 1u) {
+            if (lid < st) {
+                red[lid] += red[lid + st];
+            }
+            workgroupBarrier();
+        }
+        let rescale = exp(m_run - m_new);
+        l_run = l_run * rescale + red[0];
+        m_run = m_new;
+        for (var q = 0u; q < 4u; q++) {
+            let i = 2u * lid + 2u * WG * q;
+            if (i < d) {
+                var a = acc[q] * rescale;
+                for (var j = 0u; j < n; j++) {
+                    let base = ((start + j) % p.cache_len * p.kv_heads + kvh) * d;
+                    a += scores[j] * v_pair(base + i);
+                }
+                acc[q] = a;
+            }
+        }
     }
     let base_out = row * (d + 2u);
     if (lid == 0u) {
-        scratch[base_out] = mx;
-        scratch[base_out + 1u] = red[0];
+        scratch[base_out] = m_run;
+        scratch[base_out + 1u] = l_run;
     }
-    for (var i = 2u * lid; i < d; i += 2u * WG) {
-        var acc = vec2<f32>(0.0);
-        for (var j = 0u; j < n; j++) {
-            let base = ((start + j) % p.cache_len * p.kv_heads + kvh) * d;
-            acc += scores[j] * v_pair(base + i);
+    for (var q = 0u; q < 4u; q++) {
+        let i = 2u * lid + 2u * WG * q;
+        if (i < d) {
+            scratch[base_out + 2u + i] = acc[q].x;
+            scratch[base_out + 3u + i] = acc[q].y;
         }
-        scratch[base_out + 2u + i] = acc.x;
-        scratch[base_out + 3u + i] = acc.y;
     }
 }
 
@@ -182,6 +200,7 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     let qp = step.pos0 + t;
     let n_keys = qp + 1u - first_key(qp);
     let used = min((n_keys + CHUNK - 1u) / CHUNK, p.chunks);
+    // Splits past the last chunk saw no keys (m = NEG, l = 0) and are skipped.
     let row0 = (t * p.heads + h) * p.chunks;
     var mx = NEG;
 #ifdef SINKS
