@@ -311,6 +311,28 @@ struct SelectParams {
     offset: u32,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct MultiParams {
+    rows0: u32,
+    rows1: u32,
+    rows2: u32,
+    cols: u32,
+    x_offset: u32,
+    groups_x: u32,
+    alpha: f32,
+    limit: f32,
+}
+
+/// How a decode product over several weights (`Ops::matvec_multi`) uses them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Multi {
+    /// Each weight's outputs into its own buffer (q, k, v).
+    Split,
+    /// act(W0·x, W1·x) into one buffer (gate, up): `Eltwise::SwiGlu` or `Eltwise::GluOss`.
+    Glu(Eltwise),
+}
+
 /// Keys per chunk of the split-K attention kernel (CHUNK in attention.wgsl).
 pub const ATTN_CHUNK: u32 = 256;
 
@@ -598,6 +620,92 @@ impl Ops {
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, batch]));
         }
         Ok(out)
+    }
+
+    /// One vector through two or three whole, unsplit weights with the same input width in one
+    /// dispatch (see `Multi`); outputs start at offset 0 of their buffers.
+    pub fn matvec_multi(
+        &self,
+        weights: &[&GpuWeight],
+        x: Region,
+        outs: &[&wgpu::Buffer],
+        mode: Multi,
+    ) -> GpuResult<Dispatch> {
+        let bad = |reason: String| GpuError::Unsupported {
+            tensor: weights.first().map(|w| w.name.clone()).unwrap_or_default(),
+            reason,
+        };
+        let glu = matches!(mode, Multi::Glu(_));
+        let shape_ok = match mode {
+            Multi::Split => (2..=3).contains(&weights.len()) && outs.len() == weights.len(),
+            Multi::Glu(_) => {
+                weights.len() == 2 && outs.len() == 1 && weights[0].rows == weights[1].rows
+            }
+        };
+        if !shape_ok
+            || weights
+                .iter()
+                .any(|w| w.parts.len() != 1 || w.cols != weights[0].cols)
+        {
+            return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
+        }
+        let mut d = defines(&[
+            ("WG", format!("{MATVEC_WG}u")),
+            ("RPW", format!("{MATVEC_RPW}u")),
+        ]);
+        match mode {
+            Multi::Split => {
+                d.insert("SPLIT".into(), String::new());
+                if weights.len() == 3 {
+                    d.insert("THREE".into(), String::new());
+                }
+            }
+            Multi::Glu(Eltwise::GluOss { .. }) => {
+                d.insert("GLU".into(), String::new());
+                d.insert("OSS".into(), String::new());
+            }
+            Multi::Glu(_) => {
+                d.insert("GLU".into(), String::new());
+            }
+        }
+        let decoders: Vec<Defines> = weights.iter().map(|w| w.decoder()).collect();
+        let pipe =
+            self.pipelines
+                .get_multi(&self.ctx, "matvec_multi.wgsl", &d, &decoders, "main")?;
+        let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
+        let total = if glu { rows[0] } else { rows.iter().sum() };
+        let (gx, gy) = grid2(total.div_ceil(MATVEC_RPW));
+        let (alpha, limit) = match mode {
+            Multi::Glu(Eltwise::GluOss { alpha, limit }) => (alpha, limit),
+            _ => (0.0, 0.0),
+        };
+        let params = MultiParams {
+            rows0: rows[0],
+            rows1: if glu { 0 } else { rows[1] },
+            rows2: rows.get(2).copied().unwrap_or(0),
+            cols: weights[0].cols as u32,
+            x_offset: x.offset,
+            groups_x: gx,
+            alpha,
+            limit,
+        };
+        let ub = self.ctx.uniform("multi params", &params);
+        let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
+        for (i, w) in weights.iter().enumerate() {
+            entries.extend(
+                w.parts[0]
+                    .buffers
+                    .iter()
+                    .enumerate()
+                    .map(|(j, b)| (10 * i as u32 + j as u32, b)),
+            );
+        }
+        entries.push((30, x.buf));
+        for (i, o) in outs.iter().enumerate() {
+            entries.push((31 + i as u32, o));
+        }
+        entries.push((34, &ub));
+        Ok(self.dispatch(pipe, &entries, [gx, gy, 1]))
     }
 
     /// y[t] = W · x[t] (+ bias) for `tokens` rows of x over the outputs `sel` picks: the tiled

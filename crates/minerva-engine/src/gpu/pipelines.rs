@@ -4,7 +4,7 @@
 
 use super::context::GpuContext;
 use super::error::{GpuError, GpuResult};
-use super::shader::{compose, Defines};
+use super::shader::{compose, compose_multi, Defines};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -23,13 +23,26 @@ impl Pipelines {
         defs: &Defines,
         entry: &str,
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
-        self.build(ctx, file, defs, entry, true)
+        self.build(ctx, file, defs, &[], entry, true)
+    }
+
+    /// A kernel over several weights, each decoded by its own instance of its decoder
+    /// (`shader::compose_multi`).
+    pub fn get_multi(
+        &self,
+        ctx: &GpuContext,
+        file: &str,
+        defs: &Defines,
+        weights: &[Defines],
+        entry: &str,
+    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        self.build(ctx, file, defs, weights, entry, true)
     }
 
     /// Builds a pipeline ahead of use without consuming device errors (another thread may be
     /// the one to report them); a kernel that fails here fails again, reported, when used.
     pub fn prepare(&self, ctx: &GpuContext, file: &str, defs: &Defines, entry: &str) {
-        let _ = self.build(ctx, file, defs, entry, false);
+        let _ = self.build(ctx, file, defs, &[], entry, false);
     }
 
     fn build(
@@ -37,19 +50,29 @@ impl Pipelines {
         ctx: &GpuContext,
         file: &str,
         defs: &Defines,
+        weights: &[Defines],
         entry: &str,
         checked: bool,
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
-        let key: Key = (
-            file.to_string(),
-            defs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            entry.to_string(),
-        );
+        let mut flat: Vec<(String, String)> =
+            defs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (i, w) in weights.iter().enumerate() {
+            flat.extend(
+                w.iter()
+                    .map(|(k, v)| (format!("weight {i}: {k}"), v.clone())),
+            );
+        }
+        let key: Key = (file.to_string(), flat, entry.to_string());
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = cache.get(&key) {
             return Ok(p.clone());
         }
-        let src = compose(file, defs).map_err(GpuError::Validation)?;
+        let src = if weights.is_empty() {
+            compose(file, defs)
+        } else {
+            compose_multi(file, defs, weights)
+        }
+        .map_err(GpuError::Validation)?;
         let label = format!("{file}:{entry}");
         let module = ctx
             .device

@@ -28,6 +28,10 @@ const SOURCES: &[(&str, &str)] = &[
     ("attention.wgsl", include_str!("kernels/attention.wgsl")),
     ("moe.wgsl", include_str!("kernels/moe.wgsl")),
     ("select.wgsl", include_str!("kernels/select.wgsl")),
+    (
+        "matvec_multi.wgsl",
+        include_str!("kernels/matvec_multi.wgsl"),
+    ),
 ];
 
 fn source(name: &str) -> Option<&'static str> {
@@ -44,6 +48,71 @@ pub fn compose(entry: &str, defines: &Defines) -> Result<String, String> {
     let mut seen = Vec::new();
     expand(entry, defines, &mut out, &mut seen)?;
     Ok(out)
+}
+
+/// A kernel reading several weights, each through its own decoder: `common.wgsl` once, then
+/// each decoder (`defines` of `weights[i]`, with its DECODER) as an instance whose globals and
+/// functions get the suffix `_i` and whose bindings move up by 10·i, then `entry`.
+pub fn compose_multi(
+    entry: &str,
+    defines: &Defines,
+    weights: &[Defines],
+) -> Result<String, String> {
+    let mut out = String::new();
+    let mut seen = Vec::new();
+    expand("common.wgsl", defines, &mut out, &mut seen)?;
+    for (i, dec) in weights.iter().enumerate() {
+        let file = dec.get("DECODER").ok_or("a weight without a DECODER")?;
+        let mut inst = String::new();
+        let mut inst_seen = vec!["common.wgsl".to_string()];
+        expand(file, dec, &mut inst, &mut inst_seen)?;
+        out.push_str(&instance(&inst, &format!("_{i}"), 10 * i as u32));
+    }
+    seen.retain(|s| s == "common.wgsl");
+    expand(entry, defines, &mut out, &mut seen)?;
+    Ok(out)
+}
+
+/// Renames what `src` declares at module scope (functions, constants, variables, aliases) with
+/// `suffix`, and shifts its `@binding(n)` by `offset`.
+fn instance(src: &str, suffix: &str, offset: u32) -> String {
+    let mut names = Defines::new();
+    for line in src.lines() {
+        // Module-scope declarations start in column 0.
+        let decl = ["fn ", "const ", "alias "]
+            .iter()
+            .find_map(|k| line.strip_prefix(k))
+            .or_else(|| {
+                line.starts_with("@group")
+                    .then(|| line.split("> ").nth(1))
+                    .flatten()
+            });
+        if let Some(rest) = decl {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                names.insert(name.clone(), format!("{name}{suffix}"));
+            }
+        }
+    }
+    let mut out = String::new();
+    for line in src.lines() {
+        let mut l = String::new();
+        substitute(line, &names, &mut l);
+        if let Some(at) = l.find("@binding(") {
+            let rest = &l[at + 9..];
+            if let Some(end) = rest.find(')') {
+                if let Ok(n) = rest[..end].parse::<u32>() {
+                    l = format!("{}@binding({}){}", &l[..at], n + offset, &rest[end + 1..]);
+                }
+            }
+        }
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
 }
 
 fn expand(
