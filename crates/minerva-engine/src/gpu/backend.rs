@@ -6,7 +6,7 @@
 
 use super::context::{GpuContext, GpuOptions};
 use super::error::{GpuError, GpuResult};
-use super::ops::{AttnShape, Bias, Eltwise, ExpertSel, KvCache, MatSel, Ops, Region, Step};
+use super::ops::{AttnShape, Bias, Eltwise, ExpertSel, KvCache, MatSel, Multi, Ops, Region, Step};
 use super::pipelines::Dispatch;
 use super::weights::GpuWeight;
 use crate::backend::{
@@ -63,6 +63,10 @@ pub struct GpuBackend {
     /// The last op recorded, when it was a RoPE (buffer, params, position, rows, dispatch
     /// count): a RoPE of another buffer with the same parameters right after it fuses with it.
     last_rope: Option<(BufId, RopeParams, usize, usize, usize)>,
+    /// The last ops recorded, when they were single-vector products of one input by whole
+    /// unsplit weights without bias (input, [(weight, output)], dispatch count): the next such
+    /// product (q, k, v) or the GLU over two of them (gate, up) joins them in one dispatch.
+    products: Option<(BufId, Vec<(WeightId, BufId)>, usize)>,
     ids: wgpu::Buffer,
     ids_len: usize,
     scratch: Scratch,
@@ -95,6 +99,7 @@ impl GpuBackend {
             ids_users: false,
             last_add: None,
             last_rope: None,
+            products: None,
             ids,
             ids_len: 64,
             scratch: Scratch::default(),
@@ -122,6 +127,7 @@ impl GpuBackend {
         self.ids_users = false;
         self.last_add = None;
         self.last_rope = None;
+        self.products = None;
         Ok(())
     }
 
@@ -138,6 +144,7 @@ impl GpuBackend {
         self.ids_users = false;
         self.last_add = None;
         self.last_rope = None;
+        self.products = None;
         Ok(out)
     }
 
@@ -154,6 +161,7 @@ impl GpuBackend {
         self.pending.extend(self.recorded[&key].iter().cloned());
         self.last_add = None;
         self.last_rope = None;
+        self.products = None;
         Ok(())
     }
 
@@ -306,6 +314,17 @@ impl GpuBackend {
         }
     }
 
+    /// Whether `lin` is a whole, unsplit, bias-free weight that a fused product can read.
+    fn fusable(&self, lin: &Linear) -> bool {
+        let m = &lin.w;
+        self.weight(m.weight).is_ok_and(|w| {
+            lin.bias.is_none()
+                && w.parts.len() == 1
+                && w.shape.len() == 2
+                && *m == MatView::plain(m.weight, w.rows, w.cols)
+        })
+    }
+
     /// Whether the experts are the matrices 0..E of one stacked weight per projection, in order,
     /// with identical views: then the GPU picks them by id.
     fn stacked(block: &MoeBlock) -> bool {
@@ -353,7 +372,16 @@ macro_rules! key_by_hash {
         } )*
     };
 }
-key_by_hash!(str, usize, u32, bool, BufId, WeightId, KvId);
+key_by_hash!(
+    str,
+    usize,
+    u32,
+    bool,
+    BufId,
+    WeightId,
+    KvId,
+    Vec<(u32, u32)>
+);
 
 impl<T: KeyPart + ?Sized> KeyPart for &T {
     fn feed(&self, h: &mut DefaultHasher) {
@@ -638,7 +666,48 @@ impl Backend for GpuBackend {
     fn matmul(&mut self, x: BufId, lin: &Linear, out: BufId, n: usize) -> Result<()> {
         self.check_rows(x, n, Some(lin.in_dim()), "matmul")?;
         self.check_rows(out, n, Some(lin.out_dim()), "matmul")?;
-        self.linear(Src::Buf(x), lin, Src::Buf(out), n)
+        if n != 1 || !self.fusable(lin) || x == out {
+            return self.linear(Src::Buf(x), lin, Src::Buf(out), n);
+        }
+        let joined = match self.products.take() {
+            Some((px, items, at))
+                if px == x
+                    && items.len() < 3
+                    && at == self.pending.len()
+                    && items.iter().all(|i| i.1 != out) =>
+            {
+                self.pending.pop();
+                Some(items)
+            }
+            _ => None,
+        };
+        let Some(mut items) = joined else {
+            self.linear(Src::Buf(x), lin, Src::Buf(out), n)?;
+            self.products = Some((x, vec![(lin.w.weight, out)], self.pending.len()));
+            return Ok(());
+        };
+        items.push((lin.w.weight, out));
+        let key = key!(
+            "products",
+            x,
+            items.iter().map(|i| (i.0 .0, i.1 .0)).collect::<Vec<_>>()
+        );
+        let list = items.clone();
+        self.record(key, |s| {
+            let ws: Vec<&GpuWeight> = list.iter().map(|i| s.weight(i.0)).collect::<Result<_>>()?;
+            let outs: Vec<&wgpu::Buffer> = list
+                .iter()
+                .map(|i| s.buf(i.1).map(|b| &b.buf))
+                .collect::<Result<_>>()?;
+            Ok(vec![s.ops.matvec_multi(
+                &ws,
+                Region::new(&s.buf(x)?.buf, 0, 0),
+                &outs,
+                Multi::Split,
+            )?])
+        })?;
+        self.products = Some((x, items, self.pending.len()));
+        Ok(())
     }
 
     fn rope(&mut self, x: BufId, n: usize, pos: usize, rope: &RopeParams) -> Result<()> {
@@ -785,6 +854,27 @@ impl Backend for GpuBackend {
         self.check_rows(gate, n, None, "glu")?;
         self.check_rows(up, n, Some(cols), "glu")?;
         self.check_rows(out, n, Some(cols), "glu")?;
+        // Right after the gate and up products of one vector: one dispatch does all three.
+        if let Some((x, items, at)) = self.products.take() {
+            let pair = items.len() == 2 && items[0].1 == gate && items[1].1 == up && out != x;
+            if pair && at == self.pending.len() && n == 1 {
+                let (wg, wu) = (items[0].0, items[1].0);
+                if self.weight(wg)?.rows == self.weight(wu)?.rows {
+                    self.pending.pop();
+                    let op = Self::glu_op(act);
+                    return self.record(key!("gate+up+act", x, wg, wu, out, act), |s| {
+                        let ws = [s.weight(wg)?, s.weight(wu)?];
+                        let xr = Region::new(&s.buf(x)?.buf, 0, 0);
+                        Ok(vec![s.ops.matvec_multi(
+                            &ws,
+                            xr,
+                            &[&s.buf(out)?.buf],
+                            Multi::Glu(op),
+                        )?])
+                    });
+                }
+            }
+        }
         let key = key!("glu", gate, up, out, n, act);
         self.record(key, |s| {
             let c = cols as u32;
