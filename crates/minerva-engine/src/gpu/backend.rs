@@ -37,6 +37,10 @@ struct Kv {
     cache_len: usize,
 }
 
+/// Consecutive fusable products: their input, (weight, output) pairs, and the pending length
+/// after their dispatch.
+type Products = (BufId, Vec<(WeightId, BufId)>, usize);
+
 /// Scratch buffers that grow on demand; growing drops the recorded dispatches that bind them.
 #[derive(Default)]
 struct Scratch {
@@ -66,7 +70,7 @@ pub struct GpuBackend {
     /// The last ops recorded, when they were single-vector products of one input by whole
     /// unsplit weights without bias (input, [(weight, output)], dispatch count): the next such
     /// product (q, k, v) or the GLU over two of them (gate, up) joins them in one dispatch.
-    products: Option<(BufId, Vec<(WeightId, BufId)>, usize)>,
+    products: Option<Products>,
     ids: wgpu::Buffer,
     ids_len: usize,
     scratch: Scratch,
