@@ -30,6 +30,10 @@ enum Command {
     Run(commands::run::Args),
     /// Chat with a model in the terminal.
     Chat(commands::chat::Args),
+    /// Convert a model between GGUF, SafeTensors and MLX (optionally quantizing).
+    Convert(commands::convert::Args),
+    /// Write a random-weight model at a real model's shape, in several formats.
+    Synth(commands::synth::Args),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +45,8 @@ fn main() -> ExitCode {
         Command::Score(args) => commands::score::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Chat(args) => commands::chat::run(args),
+        Command::Convert(args) => commands::convert::run(args),
+        Command::Synth(args) => commands::synth::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,10 +9,14 @@ pub mod error;
 pub mod gguf;
 pub mod metadata;
 pub mod mlx;
+pub mod names;
 pub mod quant;
+pub mod quantize;
 pub mod safetensors_reader;
 pub mod spec;
+pub mod synth;
 pub mod tensor;
+pub mod write;
 
 pub use checkpoint::{Checkpoint, Format, ModelFile};
 pub use dequant::{dequantize, dequantize_rows};

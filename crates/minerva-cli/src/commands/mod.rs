@@ -1,8 +1,11 @@
 //! One module per subcommand; each has clap `Args` and a `run` returning a user-facing error.
 
 pub mod chat;
+pub mod convert;
 pub mod info;
+mod progress;
 pub mod run;
 pub mod score;
+pub mod synth;
 pub mod template;
 pub mod tokenize;

@@ -13,8 +13,14 @@ use std::sync::Arc;
 pub struct Args {
     /// A .gguf file, or a SafeTensors / MLX model folder.
     pub model: PathBuf,
+    #[arg(long, required_unless_present = "prompt_tokens")]
+    pub prompt: Option<String>,
+    /// Benchmark prompts: exactly N prompt tokens (the prompt's tokens, repeated as needed).
     #[arg(long)]
-    pub prompt: String,
+    pub prompt_tokens: Option<usize>,
+    /// Generate exactly --max-tokens tokens: end-of-sequence tokens do not stop generation.
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Wrap the prompt as a user message in the model's chat template.
     #[arg(long)]
     pub chat: bool,
@@ -93,19 +99,31 @@ pub fn default_ctx(spec: &minerva_formats::ModelSpec) -> usize {
     spec.context_length.clamp(1, 4096)
 }
 
+/// The text behind `--prompt-tokens` when no prompt is given.
+const BENCH_PASSAGE: &str = "The history of computing is a story of machines that learned to \
+    read their own instructions. Early engineers wired each program by hand; later ones stored \
+    programs in memory beside the data they worked on, and every machine since has followed.";
+
 pub fn run(args: Args) -> Result<(), String> {
     let loaded = minerva_engine::load(&args.model, args.backend).map_err(|e| e.to_string())?;
     let p = prepare(&loaded)?;
-    let prompt = if args.chat {
+    let text = args.prompt.as_deref().unwrap_or(BENCH_PASSAGE);
+    let mut prompt = if args.chat {
         let text = p
             .builder
-            .render(&[Message::user(args.prompt.clone())], true)
+            .render(&[Message::user(text.to_string())], true)
             .map_err(|e| e.to_string())?;
         p.builder.encode(&p.tokenizer, &text)
     } else {
-        p.tokenizer.encode(&args.prompt, true)
+        p.tokenizer.encode(text, true)
     }
     .map_err(|e| e.to_string())?;
+    if let Some(n) = args.prompt_tokens {
+        if prompt.is_empty() {
+            return Err("the prompt has no tokens to repeat".into());
+        }
+        prompt = prompt.iter().copied().cycle().take(n).collect();
+    }
     let ctx = args.ctx.unwrap_or_else(|| default_ctx(&loaded.model.spec));
     let backend = loaded.model.backend_name();
     let handle = Session::new(loaded.model, ctx, loaded.load_ms)
@@ -124,7 +142,11 @@ pub fn run(args: Args) -> Result<(), String> {
         prompt,
         max_tokens: args.max_tokens,
         sampler,
-        stop: p.stop.clone(),
+        stop: if args.ignore_eos {
+            Vec::new()
+        } else {
+            p.stop.clone()
+        },
     };
     let (mut events, _cancel) =
         handle.generate(req, Box::new(TextStream::new(p.tokenizer.clone(), true)));
