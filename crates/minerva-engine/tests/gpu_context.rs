@@ -3,6 +3,8 @@
 mod gpu_common;
 
 use gpu_common::*;
+use minerva_engine::gpu::pipelines::Pipelines;
+use minerva_engine::gpu::shader::defines;
 use minerva_engine::gpu::{GpuContext, GpuError, GpuOptions, GpuWeight};
 use minerva_formats::{DType, TensorData, TensorView};
 
@@ -81,4 +83,32 @@ fn weight_memory_is_the_stored_size() {
     };
     let w = GpuWeight::upload(&ctx, &view, 1).unwrap();
     assert_eq!(w.gpu_bytes(), bytes.len().div_ceil(4) as u64 * 4);
+}
+
+#[test]
+fn pipelines_built_ahead_keep_their_errors_to_themselves() {
+    let Some(ctx) = device() else { return };
+    let pipelines = Pipelines::default();
+    // A decoder file without its dtype flag does not compile (no BLOCK_BYTES).
+    let broken = defines(&[("DECODER", "blocks_ggml.wgsl".into())]);
+    pipelines.prepare(&ctx, "embed.wgsl", &broken, &[], "main");
+    ctx.check()
+        .expect("an ahead-of-use build reported into the device's error slot");
+    // Asked for by an op, the same kernel fails with an error naming it.
+    match pipelines.get(&ctx, "embed.wgsl", &broken, "main") {
+        Err(GpuError::Validation(msg)) => assert!(msg.contains("embed.wgsl"), "{msg}"),
+        other => panic!("expected a validation error, got {:?}", other.map(|_| ())),
+    }
+    // A good kernel built ahead is the one later handed out.
+    let good = defines(&[
+        ("DECODER", "blocks_ggml.wgsl".into()),
+        ("DT_Q4_0", String::new()),
+    ]);
+    pipelines.prepare(&ctx, "embed.wgsl", &good, &[], "main");
+    assert_eq!(pipelines.len(), 1);
+    let a = pipelines.get(&ctx, "embed.wgsl", &good, "main").unwrap();
+    let b = pipelines.get(&ctx, "embed.wgsl", &good, "main").unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &b));
+    assert_eq!(pipelines.len(), 1);
+    ctx.check().unwrap();
 }

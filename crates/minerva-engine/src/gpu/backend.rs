@@ -76,6 +76,9 @@ pub struct GpuBackend {
     scratch: Scratch,
     pending: Vec<Arc<Dispatch>>,
     recorded: HashMap<u64, Vec<Arc<Dispatch>>>,
+    /// Build pipelines ahead of use: not on a software adapter, where compiling competes for
+    /// the cores that run the kernels.
+    warm: bool,
     /// Weight decoders whose pipelines are being built ahead of use.
     warmed: Vec<super::shader::Defines>,
 }
@@ -89,6 +92,7 @@ impl GpuBackend {
         let ctx = Arc::new(GpuContext::new(opts)?);
         let step = ctx.uniform("step", &Step::default());
         let ids = ctx.storage("token ids", 4 * 64);
+        let ctx_is_hardware = ctx.info.device_type != wgpu::DeviceType::Cpu;
         let b = GpuBackend {
             ops: Ops::new(ctx.clone()),
             kv_f16: !opts.kv_f32,
@@ -110,8 +114,11 @@ impl GpuBackend {
             pending: Vec::new(),
             recorded: HashMap::new(),
             warmed: Vec::new(),
+            warm: ctx_is_hardware,
         };
-        b.ops.warm_up(&[], b.kv_f16);
+        if b.warm {
+            b.ops.warm_up(&[], b.kv_f16);
+        }
         Ok(b)
     }
 
@@ -518,7 +525,7 @@ impl Backend for GpuBackend {
         let align = if n >= 3 { view.shape[n - 2] } else { 1 };
         let w = GpuWeight::upload(&self.ctx, view, align)?;
         let dec = w.decoder();
-        if !self.warmed.contains(&dec) {
+        if self.warm && !self.warmed.contains(&dec) {
             self.ops.warm_up(std::slice::from_ref(&dec), self.kv_f16);
             self.warmed.push(dec);
         }

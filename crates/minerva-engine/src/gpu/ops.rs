@@ -493,44 +493,56 @@ impl Ops {
     }
 
     /// Builds, on a background thread, the pipelines a model's steps will use: those of the
-    /// weight dtypes in `decoders` and the fixed kernels, so that compiling them overlaps the
-    /// weight upload instead of delaying the first token.
+    /// weight dtypes in `decoders` (plain and fused products) and, with no decoders, the fixed
+    /// kernels, so that compiling overlaps the weight upload instead of delaying the first
+    /// tokens.
     pub fn warm_up(&self, decoders: &[Defines], kv_f16: bool) {
-        let mut jobs: Vec<(&'static str, Defines, &'static str)> = Vec::new();
+        type Job = (&'static str, Defines, Vec<Defines>, &'static str);
+        let mut jobs: Vec<Job> = Vec::new();
+        let single = |file, d| (file, d, Vec::new(), "main");
         for dec in decoders {
-            jobs.push((
+            jobs.push(single(
                 "matvec.wgsl",
                 self.matvec_defines(dec.clone(), false, false),
-                "main",
             ));
-            jobs.push(("matmul.wgsl", dec.clone(), "main"));
-            jobs.push(("embed.wgsl", dec.clone(), "main"));
+            jobs.push(single("matmul.wgsl", dec.clone()));
+            jobs.push(single("embed.wgsl", dec.clone()));
+            // Fused decode products over weights of this dtype (q/k/v, gate/up/act).
+            let mv = defines(&[
+                ("WG", format!("{MATVEC_WG}u")),
+                ("RPW", format!("{MATVEC_RPW}u")),
+            ]);
+            let split2 = with(mv.clone(), &[("SPLIT", String::new())]);
+            let split3 = with(split2.clone(), &[("THREE", String::new())]);
+            let glu = with(mv, &[("GLU", String::new())]);
+            jobs.push(("matvec_multi.wgsl", split2, vec![dec.clone(); 2], "main"));
+            jobs.push(("matvec_multi.wgsl", split3, vec![dec.clone(); 3], "main"));
+            jobs.push(("matvec_multi.wgsl", glu, vec![dec.clone(); 2], "main"));
         }
         if decoders.is_empty() {
             for mode in ["PLAIN", "INPLACE", "RESIDUAL"] {
-                jobs.push(("norm.wgsl", defines(&[(mode, String::new())]), "main"));
+                jobs.push(single("norm.wgsl", defines(&[(mode, String::new())])));
             }
-            jobs.push(("rope.wgsl", Defines::new(), "main"));
-            jobs.push(("rope.wgsl", defines(&[("TWO", String::new())]), "main"));
+            jobs.push(single("rope.wgsl", Defines::new()));
+            jobs.push(single("rope.wgsl", defines(&[("TWO", String::new())])));
             let kv = if kv_f16 {
                 Defines::new()
             } else {
                 defines(&[("KV_F32", String::new())])
             };
-            jobs.push(("attention.wgsl", kv.clone(), "write_kv"));
-            jobs.push(("attention.wgsl", kv.clone(), "attend"));
-            jobs.push(("attention.wgsl", kv.clone(), "combine"));
-            for op in [Eltwise::Add, Eltwise::Copy, Eltwise::SwiGlu] {
-                jobs.push(("elementwise.wgsl", Self::eltwise_defines(op), "main"));
+            for entry in ["write_kv", "attend", "combine"] {
+                jobs.push(("attention.wgsl", kv.clone(), Vec::new(), entry));
             }
-            jobs.push(("select.wgsl", Defines::new(), "main"));
-            jobs.push(("select.wgsl", defines(&[("TOPK", String::new())]), "main"));
+            for op in [Eltwise::Add, Eltwise::Copy, Eltwise::SwiGlu] {
+                jobs.push(single("elementwise.wgsl", Self::eltwise_defines(op)));
+            }
+            jobs.push(single("select.wgsl", Defines::new()));
+            jobs.push(single("select.wgsl", defines(&[("TOPK", String::new())])));
         }
         let (ctx, pipelines) = (self.ctx.clone(), self.pipelines.clone());
         std::thread::spawn(move || {
-            for (file, d, entry) in jobs {
-                // Errors surface when an op asks for the pipeline; none are reported from here.
-                pipelines.prepare(&ctx, file, &d, entry);
+            for (file, d, weights, entry) in jobs {
+                pipelines.prepare(&ctx, file, &d, &weights, entry);
             }
         });
     }

@@ -26,6 +26,15 @@ impl Pipelines {
         self.build(ctx, file, defs, &[], entry, true)
     }
 
+    /// Pipelines built so far.
+    pub fn len(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// A kernel over several weights, each decoded by its own instance of its decoder
     /// (`shader::compose_multi`).
     pub fn get_multi(
@@ -41,8 +50,15 @@ impl Pipelines {
 
     /// Builds a pipeline ahead of use without consuming device errors (another thread may be
     /// the one to report them); a kernel that fails here fails again, reported, when used.
-    pub fn prepare(&self, ctx: &GpuContext, file: &str, defs: &Defines, entry: &str) {
-        let _ = self.build(ctx, file, defs, &[], entry, false);
+    pub fn prepare(
+        &self,
+        ctx: &GpuContext,
+        file: &str,
+        defs: &Defines,
+        weights: &[Defines],
+        entry: &str,
+    ) {
+        let _ = self.build(ctx, file, defs, weights, entry, false);
     }
 
     fn build(
@@ -63,8 +79,13 @@ impl Pipelines {
             );
         }
         let key: Key = (file.to_string(), flat, entry.to_string());
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = cache.get(&key) {
+        // The lock is not held while compiling: the warm-up thread must not stall the ops.
+        if let Some(p) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
             return Ok(p.clone());
         }
         let src = if weights.is_empty() {
@@ -74,6 +95,8 @@ impl Pipelines {
         }
         .map_err(GpuError::Validation)?;
         let label = format!("{file}:{entry}");
+        // Ahead of use, errors go to a scope of this thread, not to the device's shared slot.
+        let scope = (!checked).then(|| ctx.device.push_error_scope(wgpu::ErrorFilter::Validation));
         let module = ctx
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -90,18 +113,24 @@ impl Pipelines {
                 compilation_options: Default::default(),
                 cache: None,
             });
-        if !checked {
-            // Not cached: the using op builds it again and reports what goes wrong.
-            return Ok(Arc::new(pipeline));
-        }
-        ctx.check().map_err(|e| match e {
-            GpuError::Validation(m) => {
-                GpuError::Validation(format!("kernel {label} {defs:?}: {m}"))
+        match scope {
+            Some(scope) => {
+                if let Some(e) = pollster::block_on(scope.pop()) {
+                    // Not cached: the op that uses it builds it again and reports the error.
+                    return Err(GpuError::Validation(e.to_string()));
+                }
             }
-            other => other,
-        })?;
+            None => ctx.check().map_err(|e| match e {
+                GpuError::Validation(m) => {
+                    GpuError::Validation(format!("kernel {label} {defs:?}: {m}"))
+                }
+                other => other,
+            })?,
+        }
         let pipeline = Arc::new(pipeline);
-        cache.insert(key, pipeline.clone());
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        // Two threads may have built the same pipeline: keep the first.
+        let pipeline = cache.entry(key).or_insert(pipeline).clone();
         Ok(pipeline)
     }
 }
