@@ -2,7 +2,7 @@
 
 use crate::backend::Backend;
 use crate::cpu::CpuBackend;
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::model::{Model, DEFAULT_MAX_BATCH};
 use minerva_formats::Checkpoint;
 use std::path::Path;
@@ -32,7 +32,7 @@ impl FromStr for BackendKind {
 pub fn make_backend(kind: BackendKind) -> Result<Box<dyn Backend>> {
     match kind {
         BackendKind::Cpu => Ok(Box::new(CpuBackend::new())),
-        BackendKind::Gpu => Err(EngineError::Backend("GPU backend not available".into())),
+        BackendKind::Gpu => Ok(Box::new(crate::gpu::GpuBackend::new(&Default::default())?)),
     }
 }
 

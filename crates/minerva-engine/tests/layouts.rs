@@ -1,8 +1,10 @@
 //! Checkpoint layouts the fixtures do not hold, made from the f32 fixtures by renaming and
 //! re-laying out the same weights (as mlx-lm and other architectures store them). The same
-//! weights must give the fixture's reference logits.
+//! weights must give the fixture's reference logits, on the CPU and (where an adapter exists,
+//! always under CI) on the GPU backend.
 
-use minerva_engine::{CpuBackend, Model};
+use minerva_engine::gpu::{GpuBackend, GpuError, GpuOptions};
+use minerva_engine::{Backend, CpuBackend, Model};
 use minerva_formats::Checkpoint;
 use safetensors::tensor::{serialize_to_file, Dtype, TensorView};
 use safetensors::SafeTensors;
@@ -55,9 +57,23 @@ fn logits_of(tensors: &Tensors, config: &serde_json::Value, ids: &[u32]) -> Vec<
     )
     .unwrap();
     let ckpt = Checkpoint::open(dir.path()).unwrap();
-    let mut model = Model::load(&ckpt, Box::new(CpuBackend::new())).unwrap();
-    let mut cache = model.new_cache(ids.len()).unwrap();
-    model.score(&mut cache, ids).unwrap()
+    let run = |backend: Box<dyn Backend>| {
+        let mut model = Model::load(&ckpt, backend).unwrap();
+        let mut cache = model.new_cache(ids.len()).unwrap();
+        model.score(&mut cache, ids).unwrap()
+    };
+    let cpu = run(Box::new(CpuBackend::new()));
+    match GpuBackend::new(&GpuOptions {
+        kv_f32: true,
+        ..Default::default()
+    }) {
+        Ok(gpu) => assert_close(&run(Box::new(gpu)), &cpu, "GPU against CPU"),
+        Err(e @ GpuError::NoAdapter(_)) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPED on the GPU: no adapter ({e})")
+        }
+        Err(e) => panic!("GPU backend unavailable: {e}"),
+    }
+    cpu
 }
 
 /// The fixture's weights, config, prompt ids and reference logits.

@@ -1,0 +1,1237 @@
+//! The `Backend` trait on the GPU. Ops only record dispatches: a step's work accumulates in
+//! `pending` and goes to the GPU as one command encoder with one compute pass when something
+//! must be read back (argmax, top-k, rows) or when a buffer the step reads is about to be
+//! rewritten from the CPU (token ids, the step uniform). Dispatches — pipeline, parameters,
+//! bind group — are made once per distinct op call and reused by every later step.
+
+use super::context::{GpuContext, GpuOptions};
+use super::error::{GpuError, GpuResult};
+use super::ops::{AttnShape, Bias, Eltwise, ExpertSel, KvCache, MatSel, Multi, Ops, Region, Step};
+use super::pipelines::Dispatch;
+use super::weights::GpuWeight;
+use crate::backend::{
+    AttnParams, Backend, BufId, KvId, KvSpec, Linear, MatView, MoeBlock, RopeParams, VecRef,
+    WeightId,
+};
+use crate::error::{EngineError, Result};
+use minerva_formats::{Activation, DType, RopeStyle, TensorData, TensorView};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+impl From<GpuError> for EngineError {
+    fn from(e: GpuError) -> Self {
+        EngineError::Backend(e.to_string())
+    }
+}
+
+struct Buf {
+    buf: wgpu::Buffer,
+    rows: usize,
+    cols: usize,
+}
+
+struct Kv {
+    cache: KvCache,
+    cache_len: usize,
+}
+
+/// Consecutive fusable products: their input, (weight, output) pairs, and the pending length
+/// after their dispatch.
+type Products = (BufId, Vec<(WeightId, BufId)>, usize);
+
+/// Scratch buffers that grow on demand; growing drops the recorded dispatches that bind them.
+#[derive(Default)]
+struct Scratch {
+    bufs: HashMap<&'static str, wgpu::Buffer>,
+}
+
+pub struct GpuBackend {
+    ctx: Arc<GpuContext>,
+    ops: Ops,
+    kv_f16: bool,
+    weights: Vec<GpuWeight>,
+    /// f32 copies of the small float tensors used as vectors (norm weights, biases, sinks).
+    vectors: HashMap<u32, wgpu::Buffer>,
+    bufs: Vec<Buf>,
+    kvs: Vec<Option<Kv>>,
+    step: wgpu::Buffer,
+    step_now: Option<(usize, usize)>,
+    /// Pending work reads the step uniform / the token ids: rewriting them must flush first.
+    step_users: bool,
+    ids_users: bool,
+    /// The last op recorded, when it was a residual add (acc, x, rows, its dispatch count):
+    /// an RMSNorm of acc into x right after it fuses with it.
+    last_add: Option<(BufId, BufId, usize, usize)>,
+    /// The last op recorded, when it was a RoPE (buffer, params, position, rows, dispatch
+    /// count): a RoPE of another buffer with the same parameters right after it fuses with it.
+    last_rope: Option<(BufId, RopeParams, usize, usize, usize)>,
+    /// The last ops recorded, when they were single-vector products of one input by whole
+    /// unsplit weights without bias (input, [(weight, output)], dispatch count): the next such
+    /// product (q, k, v) or the GLU over two of them (gate, up) joins them in one dispatch.
+    products: Option<Products>,
+    ids: wgpu::Buffer,
+    ids_len: usize,
+    scratch: Scratch,
+    pending: Vec<Arc<Dispatch>>,
+    recorded: HashMap<u64, Vec<Arc<Dispatch>>>,
+    /// Build pipelines ahead of use: not on a software adapter, where compiling competes for
+    /// the cores that run the kernels.
+    warm: bool,
+    /// Weight decoders whose pipelines are being built ahead of use.
+    warmed: Vec<super::shader::Defines>,
+}
+
+fn bad(what: String) -> EngineError {
+    EngineError::Backend(what)
+}
+
+impl GpuBackend {
+    pub fn new(opts: &GpuOptions) -> GpuResult<GpuBackend> {
+        let ctx = Arc::new(GpuContext::new(opts)?);
+        let step = ctx.uniform("step", &Step::default());
+        let ids = ctx.storage("token ids", 4 * 64);
+        let ctx_is_hardware = ctx.info.device_type != wgpu::DeviceType::Cpu;
+        let b = GpuBackend {
+            ops: Ops::new(ctx.clone()),
+            kv_f16: !opts.kv_f32,
+            ctx,
+            weights: Vec::new(),
+            vectors: HashMap::new(),
+            bufs: Vec::new(),
+            kvs: Vec::new(),
+            step,
+            step_now: None,
+            step_users: false,
+            ids_users: false,
+            last_add: None,
+            last_rope: None,
+            products: None,
+            ids,
+            ids_len: 64,
+            scratch: Scratch::default(),
+            pending: Vec::new(),
+            recorded: HashMap::new(),
+            warmed: Vec::new(),
+            warm: ctx_is_hardware,
+        };
+        if b.warm {
+            b.ops.warm_up(&[], b.kv_f16);
+        }
+        Ok(b)
+    }
+
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    /// Sends the recorded work to the GPU (no wait).
+    fn flush(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<&Dispatch> = self.pending.iter().map(|d| d.as_ref()).collect();
+        self.ctx.submit(&list)?;
+        self.pending.clear();
+        self.step_users = false;
+        self.ids_users = false;
+        self.last_add = None;
+        self.last_rope = None;
+        self.products = None;
+        Ok(())
+    }
+
+    /// Sends the recorded work and reads `reads` back in the same submit.
+    fn flush_read(&mut self, reads: &[(Src, u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        let list: Vec<&Dispatch> = self.pending.iter().map(|d| d.as_ref()).collect();
+        let mut regions = Vec::new();
+        for (src, off, bytes) in reads {
+            regions.push((self.src(*src)?, *off, *bytes));
+        }
+        let out = self.ctx.run_and_read(&list, &regions)?;
+        self.pending.clear();
+        self.step_users = false;
+        self.ids_users = false;
+        self.last_add = None;
+        self.last_rope = None;
+        self.products = None;
+        Ok(out)
+    }
+
+    /// Appends the dispatches recorded under `key`, building them on first use.
+    fn record(
+        &mut self,
+        key: u64,
+        build: impl FnOnce(&Self) -> Result<Vec<Dispatch>>,
+    ) -> Result<()> {
+        if !self.recorded.contains_key(&key) {
+            let made = build(self)?.into_iter().map(Arc::new).collect();
+            self.recorded.insert(key, made);
+        }
+        self.pending.extend(self.recorded[&key].iter().cloned());
+        self.last_add = None;
+        self.last_rope = None;
+        self.products = None;
+        Ok(())
+    }
+
+    /// Makes the step uniform say (pos, n), flushing work recorded for another step first.
+    fn set_step(&mut self, pos: usize, n: usize) -> Result<()> {
+        if self.step_now != Some((pos, n)) {
+            // queue writes land before the next submit: pending readers of the old value go first.
+            if self.step_users {
+                self.flush()?;
+            }
+            let s = Step {
+                pos0: pos as u32,
+                tokens: n as u32,
+                _pad: [0; 2],
+            };
+            self.ctx
+                .queue
+                .write_buffer(&self.step, 0, bytemuck::bytes_of(&s));
+            self.step_now = Some((pos, n));
+        }
+        Ok(())
+    }
+
+    fn buf(&self, id: BufId) -> Result<&Buf> {
+        self.bufs
+            .get(id.0 as usize)
+            .ok_or_else(|| bad(format!("unknown buffer handle {}", id.0)))
+    }
+
+    fn weight(&self, id: WeightId) -> Result<&GpuWeight> {
+        self.weights
+            .get(id.0 as usize)
+            .ok_or_else(|| bad(format!("unknown weight handle {}", id.0)))
+    }
+
+    fn check_rows(&self, id: BufId, n: usize, cols: Option<usize>, op: &str) -> Result<()> {
+        let b = self.buf(id)?;
+        if n > b.rows || cols.is_some_and(|c| c != b.cols) {
+            return Err(bad(format!(
+                "{op}: buffer {} is [{}, {}], used as [{n}, {}]",
+                id.0,
+                b.rows,
+                b.cols,
+                cols.unwrap_or(b.cols)
+            )));
+        }
+        Ok(())
+    }
+
+    /// The f32 buffer holding a vector weight, and the element offset of `v`.
+    fn vector(&mut self, v: &VecRef) -> Result<(u32, u32)> {
+        let w = self.weight(v.weight)?;
+        if v.row >= w.rows.max(1) || v.len > w.cols {
+            return Err(bad(format!("vector {v:?} of '{}' {:?}", w.name, w.shape)));
+        }
+        let offset = (v.row * w.cols) as u32;
+        if !self.vectors.contains_key(&v.weight.0) {
+            let buf = if w.dtype == DType::F32 && w.parts.len() == 1 {
+                None
+            } else {
+                // Decoded once on the GPU by the embedding kernel over every row.
+                let ids: Vec<u32> = (0..w.rows as u32).collect();
+                let ib = self.ctx.storage_with("vector rows", &ids);
+                let out = self.ctx.storage(&w.name, (w.rows * w.cols * 4) as u64);
+                let d = self.ops.embed(w, &ib, &out, w.rows as u32, 1.0)?;
+                self.flush()?;
+                self.ctx.submit(&d.iter().collect::<Vec<_>>())?;
+                Some(out)
+            };
+            if let Some(b) = buf {
+                self.vectors.insert(v.weight.0, b);
+            }
+        }
+        Ok((v.weight.0, offset))
+    }
+
+    fn vector_buf(&self, weight: u32) -> &wgpu::Buffer {
+        match self.vectors.get(&weight) {
+            Some(b) => b,
+            None => &self.weights[weight as usize].parts[0].buffers[0],
+        }
+    }
+
+    /// A scratch buffer of at least `bytes`; growing it forgets recorded dispatches.
+    fn scratch(&mut self, name: &'static str, bytes: u64) -> &wgpu::Buffer {
+        let small = self.scratch.bufs.get(name).is_none_or(|b| b.size() < bytes);
+        if small {
+            // Work already recorded binds the old buffer: send it first.
+            let _ = self.flush();
+            self.recorded.clear();
+            let b = self.ctx.storage(name, bytes.max(16).next_power_of_two());
+            self.scratch.bufs.insert(name, b);
+        }
+        &self.scratch.bufs[name]
+    }
+
+    fn sel(&self, m: &MatView) -> MatSel {
+        MatSel {
+            matrix: m.matrix,
+            offset: m.offset,
+            stride: m.stride,
+            out_dim: m.out_dim,
+            in_dim: m.in_dim,
+            input_major: m.input_major,
+        }
+    }
+
+    /// Records `out = x · Wᵀ + b` over `n` rows, x and out given as (buffer id, scratch name).
+    fn linear(&mut self, x: Src, lin: &Linear, out: Src, n: usize) -> Result<()> {
+        let bias = match &lin.bias {
+            Some(b) => Some(self.vector(b)?),
+            None => None,
+        };
+        let key = key!("linear", x, lin, out, n);
+        let sel = self.sel(&lin.w);
+        self.record(key, |s| {
+            let w = s.weight(lin.w.weight)?;
+            let xb = s.src(x)?;
+            let yb = s.src(out)?;
+            let xr = Region::new(xb, 0, lin.in_dim() as u32);
+            let yr = Region::new(yb, 0, lin.out_dim() as u32);
+            let bias = bias.map(|(wid, off)| Bias {
+                buf: s.vector_buf(wid),
+                offset: off,
+                expert_stride: 0,
+            });
+            Ok(if n == 1 {
+                s.ops.matvec(w, &sel, xr, yr, 1, bias, None)?
+            } else {
+                s.ops.matmul(w, &sel, xr, yr, n as u32, bias)?
+            })
+        })
+    }
+
+    fn src(&self, s: Src) -> Result<&wgpu::Buffer> {
+        match s {
+            Src::Buf(id) => Ok(&self.buf(id)?.buf),
+            Src::Scratch(name) => self
+                .scratch
+                .bufs
+                .get(name)
+                .ok_or_else(|| bad(format!("scratch {name} missing"))),
+        }
+    }
+
+    fn glu_op(act: Activation) -> Eltwise {
+        match act {
+            Activation::Silu => Eltwise::SwiGlu,
+            Activation::GptOssClamped { alpha, limit } => Eltwise::GluOss { alpha, limit },
+        }
+    }
+
+    /// Whether `lin` is a whole, unsplit, bias-free weight that a fused product can read.
+    fn fusable(&self, lin: &Linear) -> bool {
+        let m = &lin.w;
+        self.weight(m.weight).is_ok_and(|w| {
+            lin.bias.is_none()
+                && w.parts.len() == 1
+                && w.shape.len() == 2
+                && *m == MatView::plain(m.weight, w.rows, w.cols)
+        })
+    }
+
+    /// Whether the experts are the matrices 0..E of one stacked weight per projection, in order,
+    /// with identical views: then the GPU picks them by id.
+    fn stacked(block: &MoeBlock) -> bool {
+        let e0 = &block.experts[0];
+        let same = |a: &Linear, b: &Linear, e: usize| {
+            a.w.weight == b.w.weight
+                && b.w.matrix == e
+                && MatView { matrix: e, ..a.w } == b.w
+                && match (&a.bias, &b.bias) {
+                    (None, None) => true,
+                    (Some(x), Some(y)) => {
+                        x.weight == y.weight && y.row == x.row + e && x.len == y.len
+                    }
+                    _ => false,
+                }
+        };
+        e0.gate.w.matrix == 0
+            && block.experts.iter().enumerate().all(|(e, f)| {
+                same(&e0.gate, &f.gate, e) && same(&e0.up, &f.up, e) && same(&e0.down, &f.down, e)
+            })
+    }
+}
+
+/// Feeds the fields that identify an op call into a hasher: recorded dispatches are found by
+/// this key, without formatting on the per-token path.
+trait KeyPart {
+    fn feed(&self, h: &mut DefaultHasher);
+}
+
+macro_rules! key {
+    ($($e:expr),* $(,)?) => {{
+        let mut h = DefaultHasher::new();
+        $( KeyPart::feed(&$e, &mut h); )*
+        h.finish()
+    }};
+}
+use key;
+
+macro_rules! key_by_hash {
+    ($($t:ty),*) => {
+        $( impl KeyPart for $t {
+            fn feed(&self, h: &mut DefaultHasher) {
+                self.hash(h);
+            }
+        } )*
+    };
+}
+key_by_hash!(
+    str,
+    usize,
+    u32,
+    bool,
+    BufId,
+    WeightId,
+    KvId,
+    Vec<(u32, u32)>
+);
+
+impl<T: KeyPart + ?Sized> KeyPart for &T {
+    fn feed(&self, h: &mut DefaultHasher) {
+        (**self).feed(h);
+    }
+}
+
+impl KeyPart for f32 {
+    fn feed(&self, h: &mut DefaultHasher) {
+        self.to_bits().hash(h);
+    }
+}
+
+impl<T: KeyPart> KeyPart for Option<T> {
+    fn feed(&self, h: &mut DefaultHasher) {
+        match self {
+            None => 0u32.hash(h),
+            Some(v) => {
+                1u32.hash(h);
+                v.feed(h);
+            }
+        }
+    }
+}
+
+impl KeyPart for MatView {
+    fn feed(&self, h: &mut DefaultHasher) {
+        (
+            self.weight,
+            self.matrix,
+            self.input_major,
+            self.offset,
+            self.stride,
+            self.out_dim,
+            self.in_dim,
+        )
+            .hash(h);
+    }
+}
+
+impl KeyPart for VecRef {
+    fn feed(&self, h: &mut DefaultHasher) {
+        (self.weight, self.row, self.len).hash(h);
+    }
+}
+
+impl KeyPart for Linear {
+    fn feed(&self, h: &mut DefaultHasher) {
+        self.w.feed(h);
+        self.bias.feed(h);
+    }
+}
+
+impl KeyPart for crate::backend::GatedFfn {
+    fn feed(&self, h: &mut DefaultHasher) {
+        self.gate.feed(h);
+        self.up.feed(h);
+        self.down.feed(h);
+    }
+}
+
+impl KeyPart for Activation {
+    fn feed(&self, h: &mut DefaultHasher) {
+        match *self {
+            Activation::Silu => 0u32.hash(h),
+            Activation::GptOssClamped { alpha, limit } => {
+                (1u32, alpha.to_bits(), limit.to_bits()).hash(h)
+            }
+        }
+    }
+}
+
+impl KeyPart for Eltwise {
+    fn feed(&self, h: &mut DefaultHasher) {
+        format!("{self:?}").hash(h);
+    }
+}
+
+impl KeyPart for RopeParams {
+    fn feed(&self, h: &mut DefaultHasher) {
+        (
+            self.freqs,
+            self.style == RopeStyle::Halves,
+            self.dim,
+            self.head_dim,
+            self.attention_factor.to_bits(),
+        )
+            .hash(h);
+    }
+}
+
+impl KeyPart for AttnShape {
+    fn feed(&self, h: &mut DefaultHasher) {
+        (
+            self.heads,
+            self.kv_heads,
+            self.head_dim,
+            self.cache_len,
+            self.window,
+            self.scale.to_bits(),
+        )
+            .hash(h);
+    }
+}
+
+impl KeyPart for Src {
+    fn feed(&self, h: &mut DefaultHasher) {
+        match self {
+            Src::Buf(b) => (0u32, b.0).hash(h),
+            Src::Scratch(name) => (1u32, *name).hash(h),
+        }
+    }
+}
+
+/// Where an op's operand lives: a transformer buffer or a named scratch buffer.
+#[derive(Debug, Clone, Copy)]
+enum Src {
+    Buf(BufId),
+    Scratch(&'static str),
+}
+
+impl Backend for GpuBackend {
+    fn name(&self) -> String {
+        format!("gpu: {}", self.ctx.info.name)
+    }
+
+    fn upload(&mut self, view: &TensorView) -> Result<WeightId> {
+        // Stacked matrices (experts) stay whole within a part so that ids can pick them.
+        let n = view.shape.len();
+        let align = if n >= 3 { view.shape[n - 2] } else { 1 };
+        let w = GpuWeight::upload(&self.ctx, view, align)?;
+        let dec = w.decoder();
+        if self.warm && !self.warmed.contains(&dec) {
+            self.ops.warm_up(std::slice::from_ref(&dec), self.kv_f16);
+            self.warmed.push(dec);
+        }
+        self.weights.push(w);
+        Ok(WeightId(self.weights.len() as u32 - 1))
+    }
+
+    fn upload_f32(&mut self, name: &str, shape: &[usize], data: &[f32]) -> Result<WeightId> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let view = TensorView {
+            name,
+            shape: shape.to_vec(),
+            dtype: DType::F32,
+            data: TensorData::Plain(bytes),
+        };
+        self.upload(&view)
+    }
+
+    fn alloc(&mut self, rows: usize, cols: usize) -> Result<BufId> {
+        let bytes = (rows.max(1) * cols.max(1) * 4) as u64;
+        if bytes > self.ctx.caps.max_binding {
+            return Err(bad(format!(
+                "activation buffer [{rows}, {cols}] exceeds the GPU's binding limit"
+            )));
+        }
+        self.bufs.push(Buf {
+            buf: self.ctx.storage("activations", bytes),
+            rows,
+            cols,
+        });
+        self.ctx.check()?;
+        Ok(BufId(self.bufs.len() as u32 - 1))
+    }
+
+    fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvId> {
+        let cache_len = match spec.window {
+            Some(w) => spec.ctx.min(w + spec.max_batch.max(1) - 1),
+            None => spec.ctx,
+        }
+        .max(1);
+        let cache = KvCache::new(
+            &self.ctx,
+            cache_len as u32,
+            spec.n_kv_heads as u32,
+            spec.head_dim as u32,
+            self.kv_f16,
+        );
+        self.ctx.check()?;
+        self.kvs.push(Some(Kv { cache, cache_len }));
+        Ok(KvId(self.kvs.len() as u32 - 1))
+    }
+
+    fn free_kv(&mut self, kv: KvId) {
+        let _ = self.flush();
+        if let Some(slot) = self.kvs.get_mut(kv.0 as usize) {
+            *slot = None;
+        }
+        // Dispatches binding the cache go with it.
+        self.recorded.clear();
+    }
+
+    fn embed(&mut self, table: WeightId, ids: &[u32], out: BufId) -> Result<()> {
+        let n = ids.len();
+        let (cols, vocab) = (self.weight(table)?.cols, self.weight(table)?.rows);
+        self.check_rows(out, n, Some(cols), "embed")?;
+        if let Some(&bad_id) = ids.iter().find(|&&i| i as usize >= vocab) {
+            return Err(bad(format!(
+                "token id {bad_id} is outside the embedding table"
+            )));
+        }
+        // The ids buffer is rewritten: work that reads it must go first.
+        if self.ids_users {
+            self.flush()?;
+        }
+        self.ids_users = true;
+        if n > self.ids_len {
+            self.ids_len = n.next_power_of_two();
+            self.ids = self.ctx.storage("token ids", 4 * self.ids_len as u64);
+            self.recorded.clear();
+        }
+        self.ctx
+            .queue
+            .write_buffer(&self.ids, 0, bytemuck::cast_slice(ids));
+        self.record(key!("embed", table, out, n), |s| {
+            Ok(s.ops
+                .embed(s.weight(table)?, &s.ids, &s.buf(out)?.buf, n as u32, 1.0)?)
+        })
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: BufId,
+        weight: VecRef,
+        out: BufId,
+        n: usize,
+        group: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let cols = self.buf(x)?.cols;
+        if group == 0 || cols % group != 0 || weight.len != group {
+            return Err(bad(format!(
+                "rms_norm: groups of {group} in rows of {cols}"
+            )));
+        }
+        self.check_rows(x, n, None, "rms_norm")?;
+        self.check_rows(out, n, Some(cols), "rms_norm")?;
+        let (wid, woff) = self.vector(&weight)?;
+        // Right after `acc += out` (nothing recorded since): replace that add with the fused
+        // kernel, which adds and normalizes in one pass over the row.
+        if let Some((acc, added, rows, at)) = self.last_add {
+            if acc == x && added == out && rows == n && group == cols && at == self.pending.len() {
+                self.pending.pop();
+                let key = key!("add+norm", x, weight, out, n, eps);
+                return self.record(key, |s| {
+                    let xr = Region::new(&s.buf(x)?.buf, 0, 0);
+                    let y = Region::new(&s.buf(out)?.buf, 0, 0);
+                    let w = Region::new(s.vector_buf(wid), woff, 0);
+                    Ok(vec![s.ops.add_rms_norm(
+                        xr,
+                        y,
+                        w,
+                        group as u32,
+                        n as u32,
+                        eps,
+                    )?])
+                });
+            }
+        }
+        let key = key!("norm", x, weight, out, n, group, eps);
+        self.record(key, |s| {
+            let y = Region::new(&s.buf(out)?.buf, 0, 0);
+            let xr = if x == out {
+                None
+            } else {
+                Some(Region::new(&s.buf(x)?.buf, 0, 0))
+            };
+            let w = Region::new(s.vector_buf(wid), woff, 0);
+            Ok(vec![s.ops.rms_norm(
+                xr,
+                y,
+                w,
+                group as u32,
+                (n * cols / group) as u32,
+                eps,
+            )?])
+        })
+    }
+
+    fn matmul(&mut self, x: BufId, lin: &Linear, out: BufId, n: usize) -> Result<()> {
+        self.check_rows(x, n, Some(lin.in_dim()), "matmul")?;
+        self.check_rows(out, n, Some(lin.out_dim()), "matmul")?;
+        if n != 1 || !self.fusable(lin) || x == out {
+            return self.linear(Src::Buf(x), lin, Src::Buf(out), n);
+        }
+        let joined = match self.products.take() {
+            Some((px, items, at))
+                if px == x
+                    && items.len() < 3
+                    && at == self.pending.len()
+                    && items.iter().all(|i| i.1 != out) =>
+            {
+                self.pending.pop();
+                Some(items)
+            }
+            _ => None,
+        };
+        let Some(mut items) = joined else {
+            self.linear(Src::Buf(x), lin, Src::Buf(out), n)?;
+            self.products = Some((x, vec![(lin.w.weight, out)], self.pending.len()));
+            return Ok(());
+        };
+        items.push((lin.w.weight, out));
+        let key = key!(
+            "products",
+            x,
+            items.iter().map(|i| (i.0 .0, i.1 .0)).collect::<Vec<_>>()
+        );
+        let list = items.clone();
+        self.record(key, |s| {
+            let ws: Vec<&GpuWeight> = list.iter().map(|i| s.weight(i.0)).collect::<Result<_>>()?;
+            let outs: Vec<&wgpu::Buffer> = list
+                .iter()
+                .map(|i| s.buf(i.1).map(|b| &b.buf))
+                .collect::<Result<_>>()?;
+            Ok(vec![s.ops.matvec_multi(
+                &ws,
+                Region::new(&s.buf(x)?.buf, 0, 0),
+                &outs,
+                Multi::Split,
+            )?])
+        })?;
+        self.products = Some((x, items, self.pending.len()));
+        Ok(())
+    }
+
+    fn rope(&mut self, x: BufId, n: usize, pos: usize, rope: &RopeParams) -> Result<()> {
+        let cols = self.buf(x)?.cols;
+        if rope.head_dim == 0
+            || cols % rope.head_dim != 0
+            || rope.dim > rope.head_dim
+            || rope.dim % 2 != 0
+        {
+            return Err(bad(format!(
+                "rope: heads of {} in rows of {cols}, {} rotated",
+                rope.head_dim, rope.dim
+            )));
+        }
+        self.check_rows(x, n, None, "rope")?;
+        self.set_step(pos, n)?;
+        self.step_users = true;
+        let freq = VecRef {
+            weight: rope.freqs,
+            row: 0,
+            len: rope.dim / 2,
+        };
+        let (fid, _) = self.vector(&freq)?;
+        // Right after the same RoPE of another buffer (q, then k): one dispatch turns both.
+        let mut first = None;
+        if let Some((prev, prev_rope, prev_pos, rows, at)) = self.last_rope {
+            if prev != x
+                && prev_rope == *rope
+                && prev_pos == pos
+                && rows == n
+                && at == self.pending.len()
+            {
+                self.pending.pop();
+                first = Some((prev, self.buf(prev)?.cols));
+            }
+        }
+        let key = key!("rope", x, rope, n, first.map(|f| f.0));
+        self.record(key, |s| {
+            let (main, main_cols, second) = match first {
+                Some((prev, prev_cols)) => (
+                    prev,
+                    prev_cols,
+                    Some((&s.buf(x)?.buf, (cols / rope.head_dim) as u32)),
+                ),
+                None => (x, cols, None),
+            };
+            Ok(vec![s.ops.rope(
+                &s.buf(main)?.buf,
+                0,
+                s.vector_buf(fid),
+                &s.step,
+                n as u32,
+                (main_cols / rope.head_dim) as u32,
+                rope.head_dim as u32,
+                rope.dim as u32,
+                rope.style == RopeStyle::Halves,
+                rope.attention_factor,
+                second,
+            )?])
+        })?;
+        if first.is_none() {
+            self.last_rope = Some((x, *rope, pos, n, self.pending.len()));
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &mut self,
+        q: BufId,
+        k: BufId,
+        v: BufId,
+        kv: KvId,
+        out: BufId,
+        p: &AttnParams,
+    ) -> Result<()> {
+        let qd = p.n_heads * p.head_dim;
+        let kd = p.n_kv_heads * p.head_dim;
+        if p.n_kv_heads == 0
+            || p.n_heads % p.n_kv_heads != 0
+            || p.head_dim % 2 != 0
+            || p.head_dim > 512
+        {
+            return Err(bad(format!(
+                "attention: {} heads over {} KV heads of {}",
+                p.n_heads, p.n_kv_heads, p.head_dim
+            )));
+        }
+        self.check_rows(q, p.n, Some(qd), "attention q")?;
+        self.check_rows(k, p.n, Some(kd), "attention k")?;
+        self.check_rows(v, p.n, Some(kd), "attention v")?;
+        self.check_rows(out, p.n, Some(qd), "attention out")?;
+        let cache_len = match self.kvs.get(kv.0 as usize) {
+            Some(Some(c)) => c.cache_len,
+            _ => return Err(bad(format!("unknown KV cache {}", kv.0))),
+        };
+        let shape = AttnShape {
+            heads: p.n_heads as u32,
+            kv_heads: p.n_kv_heads as u32,
+            head_dim: p.head_dim as u32,
+            cache_len: cache_len as u32,
+            window: p.window.unwrap_or(0) as u32,
+            scale: p.scale,
+        };
+        let sinks = match &p.sinks {
+            Some(s) => Some(self.vector(s)?),
+            None => None,
+        };
+        self.set_step(p.pos, p.n)?;
+        self.step_users = true;
+        self.scratch("attention", shape.scratch_len(p.n as u32) * 4);
+        // Everything but the position, which the step uniform carries.
+        let key = key!("attention", q, k, v, kv, out, p.n, shape, p.sinks, p.scale);
+        self.record(key, |s| {
+            let Some(Some(c)) = s.kvs.get(kv.0 as usize) else {
+                return Err(bad(format!("unknown KV cache {}", kv.0)));
+            };
+            let w = s.ops.write_kv(
+                &shape,
+                &c.cache,
+                Region::new(&s.buf(k)?.buf, 0, 0),
+                Region::new(&s.buf(v)?.buf, 0, 0),
+                &s.step,
+                p.n as u32,
+            )?;
+            let sinks = sinks.map(|(wid, off)| Region::new(s.vector_buf(wid), off, 0));
+            let [a, b] = s.ops.attention(
+                &shape,
+                &c.cache,
+                &s.buf(q)?.buf,
+                0,
+                &s.buf(out)?.buf,
+                0,
+                s.src(Src::Scratch("attention"))?,
+                sinks,
+                &s.step,
+                p.n as u32,
+            )?;
+            Ok(vec![w, a, b])
+        })
+    }
+
+    fn glu(&mut self, gate: BufId, up: BufId, out: BufId, n: usize, act: Activation) -> Result<()> {
+        let cols = self.buf(gate)?.cols;
+        self.check_rows(gate, n, None, "glu")?;
+        self.check_rows(up, n, Some(cols), "glu")?;
+        self.check_rows(out, n, Some(cols), "glu")?;
+        // Right after the gate and up products of one vector: one dispatch does all three.
+        if let Some((x, items, at)) = self.products.take() {
+            let pair = items.len() == 2 && items[0].1 == gate && items[1].1 == up && out != x;
+            if pair && at == self.pending.len() && n == 1 {
+                let (wg, wu) = (items[0].0, items[1].0);
+                if self.weight(wg)?.rows == self.weight(wu)?.rows {
+                    self.pending.pop();
+                    let op = Self::glu_op(act);
+                    return self.record(key!("gate+up+act", x, wg, wu, out, act), |s| {
+                        let ws = [s.weight(wg)?, s.weight(wu)?];
+                        let xr = Region::new(&s.buf(x)?.buf, 0, 0);
+                        Ok(vec![s.ops.matvec_multi(
+                            &ws,
+                            xr,
+                            &[&s.buf(out)?.buf],
+                            Multi::Glu(op),
+                        )?])
+                    });
+                }
+            }
+        }
+        let key = key!("glu", gate, up, out, n, act);
+        self.record(key, |s| {
+            let c = cols as u32;
+            Ok(vec![s.ops.eltwise(
+                Self::glu_op(act),
+                Region::new(&s.buf(gate)?.buf, 0, c),
+                Some(Region::new(&s.buf(up)?.buf, 0, c)),
+                Region::new(&s.buf(out)?.buf, 0, c),
+                c,
+                n as u32,
+            )?])
+        })
+    }
+
+    fn moe(&mut self, x: BufId, block: &MoeBlock, out: BufId, n: usize) -> Result<()> {
+        let hidden = self.buf(x)?.cols;
+        self.check_rows(x, n, None, "moe")?;
+        self.check_rows(out, n, Some(hidden), "moe")?;
+        let experts = block.experts.len();
+        let k = block.routing.top_k.min(experts);
+        if experts == 0 || k == 0 {
+            return Err(bad("moe: no experts".into()));
+        }
+        let width = block.experts[0].gate.out_dim();
+        let renorm = block.routing.softmax_after_topk || block.routing.norm_topk_prob;
+        // Router logits, then ids and weights per token, all on the GPU.
+        self.scratch("moe logits", (n * experts * 4) as u64);
+        self.scratch("moe ids", (n * k * 4) as u64);
+        self.scratch("moe weights", (n * k * 4) as u64);
+        self.linear(Src::Buf(x), &block.router, Src::Scratch("moe logits"), n)?;
+        let key = key!("moe route", n, experts, k, renorm);
+        self.record(key, |s| {
+            Ok(vec![s.ops.moe_route(
+                s.src(Src::Scratch("moe logits"))?,
+                0,
+                experts as u32,
+                k as u32,
+                n as u32,
+                renorm,
+                s.src(Src::Scratch("moe ids"))?,
+                s.src(Src::Scratch("moe weights"))?,
+            )?])
+        })?;
+        let act = Self::glu_op(block.activation);
+        let act_key = block.activation;
+        if Self::stacked(block) {
+            let items = n * k;
+            self.scratch("moe gate", (items * width * 4) as u64);
+            self.scratch("moe up", (items * width * 4) as u64);
+            self.scratch("moe act", (items * width * 4) as u64);
+            self.scratch("moe expert out", (items * hidden * 4) as u64);
+            let e0 = block.experts[0];
+            let mut biases = Vec::new();
+            for l in [&e0.gate, &e0.up, &e0.down] {
+                biases.push(match &l.bias {
+                    Some(b) => Some(self.vector(b)?),
+                    None => None,
+                });
+            }
+            let key = key!("moe experts", x, e0, n, k, act_key);
+            self.record(key, |s| {
+                let ids = s.src(Src::Scratch("moe ids"))?;
+                let (gate, up) = (
+                    s.src(Src::Scratch("moe gate"))?,
+                    s.src(Src::Scratch("moe up"))?,
+                );
+                let actb = s.src(Src::Scratch("moe act"))?;
+                let eo = s.src(Src::Scratch("moe expert out"))?;
+                let xb = &s.buf(x)?.buf;
+                // Expert e's bias is row `row + e` of its [experts, width] tensor.
+                let bias = |i: usize, _lin: &Linear| {
+                    biases[i].map(|(wid, off)| Bias {
+                        buf: s.vector_buf(wid),
+                        offset: off,
+                        expert_stride: s.weights[wid as usize].cols as u32,
+                    })
+                };
+                let w = width as u32;
+                let mut d = Vec::new();
+                for (i, (lin, dst)) in [(&e0.gate, gate), (&e0.up, up)].into_iter().enumerate() {
+                    let sel = MatSel {
+                        matrix: 0,
+                        ..s.sel(&lin.w)
+                    };
+                    d.extend(s.ops.matvec(
+                        s.weight(lin.w.weight)?,
+                        &sel,
+                        Region::new(xb, 0, hidden as u32),
+                        Region::new(dst, 0, w),
+                        items as u32,
+                        bias(i, lin),
+                        Some(ExpertSel {
+                            ids,
+                            x_div: k as u32,
+                        }),
+                    )?);
+                }
+                d.push(s.ops.eltwise(
+                    act,
+                    Region::new(gate, 0, w),
+                    Some(Region::new(up, 0, w)),
+                    Region::new(actb, 0, w),
+                    w,
+                    items as u32,
+                )?);
+                let sel = MatSel {
+                    matrix: 0,
+                    ..s.sel(&e0.down.w)
+                };
+                d.extend(s.ops.matvec(
+                    s.weight(e0.down.w.weight)?,
+                    &sel,
+                    Region::new(actb, 0, w),
+                    Region::new(eo, 0, hidden as u32),
+                    items as u32,
+                    bias(2, &e0.down),
+                    Some(ExpertSel { ids, x_div: 1 }),
+                )?);
+                d.push(s.ops.moe_combine(
+                    eo,
+                    s.src(Src::Scratch("moe weights"))?,
+                    &s.buf(out)?.buf,
+                    hidden as u32,
+                    k as u32,
+                    n as u32,
+                )?);
+                Ok(d)
+            })?;
+        } else {
+            // Separate tensors per expert: every expert runs densely, weighted by its routing
+            // weight (0 for tokens that did not choose it).
+            self.scratch("moe dense", (n * experts * 4) as u64);
+            self.scratch("moe gate", (n * width * 4) as u64);
+            self.scratch("moe up", (n * width * 4) as u64);
+            self.scratch("moe expert out", (n * hidden * 4) as u64);
+            let key = key!("moe dense", n, experts, k);
+            self.record(key, |s| {
+                Ok(vec![s.ops.moe_scatter(
+                    s.src(Src::Scratch("moe ids"))?,
+                    s.src(Src::Scratch("moe weights"))?,
+                    s.src(Src::Scratch("moe dense"))?,
+                    experts as u32,
+                    k as u32,
+                    n as u32,
+                )?])
+            })?;
+            self.zero(out, n * hidden)?;
+            for (e, f) in block.experts.iter().enumerate() {
+                self.ffn(Src::Buf(x), f, act, n, width)?;
+                let key = key!("moe dense add", e, n, experts, out);
+                self.record(key, |s| {
+                    Ok(vec![s.ops.eltwise(
+                        Eltwise::ScaledAdd { sigmoid: false },
+                        Region::new(s.src(Src::Scratch("moe expert out"))?, 0, hidden as u32),
+                        Some(Region::new(
+                            s.src(Src::Scratch("moe dense"))?,
+                            e as u32,
+                            experts as u32,
+                        )),
+                        Region::new(&s.buf(out)?.buf, 0, hidden as u32),
+                        hidden as u32,
+                        n as u32,
+                    )?])
+                })?;
+            }
+        }
+        if let Some((shared, gate)) = &block.shared {
+            let sw = shared.gate.out_dim();
+            self.scratch("moe gate", (n * sw.max(width) * 4) as u64);
+            self.scratch("moe up", (n * sw.max(width) * 4) as u64);
+            self.scratch("moe expert out", (n * hidden * 4) as u64);
+            self.scratch("moe shared gate", (n * 4) as u64);
+            self.ffn(Src::Buf(x), shared, act, n, sw)?;
+            self.linear(Src::Buf(x), gate, Src::Scratch("moe shared gate"), n)?;
+            let key = key!("moe shared add", n, out);
+            self.record(key, |s| {
+                Ok(vec![s.ops.eltwise(
+                    Eltwise::ScaledAdd { sigmoid: true },
+                    Region::new(s.src(Src::Scratch("moe expert out"))?, 0, hidden as u32),
+                    Some(Region::new(s.src(Src::Scratch("moe shared gate"))?, 0, 1)),
+                    Region::new(&s.buf(out)?.buf, 0, hidden as u32),
+                    hidden as u32,
+                    n as u32,
+                )?])
+            })?;
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, acc: BufId, x: BufId, n: usize) -> Result<()> {
+        let cols = self.buf(acc)?.cols;
+        if acc == x {
+            return Err(bad("add of a buffer to itself".into()));
+        }
+        self.check_rows(acc, n, None, "add")?;
+        self.check_rows(x, n, Some(cols), "add")?;
+        self.record(key!("add", acc, x, n), |s| {
+            let c = cols as u32;
+            Ok(vec![s.ops.eltwise(
+                Eltwise::Add,
+                Region::new(&s.buf(x)?.buf, 0, c),
+                None,
+                Region::new(&s.buf(acc)?.buf, 0, c),
+                c,
+                n as u32,
+            )?])
+        })?;
+        self.last_add = Some((acc, x, n, self.pending.len()));
+        Ok(())
+    }
+
+    fn copy_rows(
+        &mut self,
+        src: BufId,
+        src_row: usize,
+        dst: BufId,
+        dst_row: usize,
+        n: usize,
+    ) -> Result<()> {
+        let cols = self.buf(src)?.cols;
+        if src == dst {
+            return Err(bad("copy_rows within one buffer".into()));
+        }
+        self.check_rows(src, src_row + n, None, "copy_rows")?;
+        self.check_rows(dst, dst_row + n, Some(cols), "copy_rows")?;
+        self.record(key!("copy", src, src_row, dst, dst_row, n), |s| {
+            let c = cols as u32;
+            Ok(vec![s.ops.eltwise(
+                Eltwise::Copy,
+                Region::new(&s.buf(src)?.buf, (src_row * cols) as u32, c),
+                None,
+                Region::new(&s.buf(dst)?.buf, (dst_row * cols) as u32, c),
+                c,
+                n as u32,
+            )?])
+        })
+    }
+
+    fn argmax(&mut self, x: BufId, row: usize) -> Result<u32> {
+        self.check_rows(x, row + 1, None, "argmax")?;
+        let cols = self.buf(x)?.cols;
+        self.scratch("selected ids", 4);
+        self.record(key!("argmax", x, row), |s| {
+            Ok(vec![s.ops.argmax(
+                &s.buf(x)?.buf,
+                (row * cols) as u32,
+                cols as u32,
+                1,
+                s.src(Src::Scratch("selected ids"))?,
+            )?])
+        })?;
+        let b = self.flush_read(&[(Src::Scratch("selected ids"), 0, 4)])?;
+        Ok(u32::from_le_bytes([b[0][0], b[0][1], b[0][2], b[0][3]]))
+    }
+
+    fn top_k(&mut self, x: BufId, row: usize, k: usize) -> Result<Vec<(u32, f32)>> {
+        self.check_rows(x, row + 1, None, "top_k")?;
+        let cols = self.buf(x)?.cols;
+        let k = k.min(cols);
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        self.scratch("selected ids", (k * 4) as u64);
+        self.scratch("selected values", (k * 4) as u64);
+        self.record(key!("top_k", x, row, k), |s| {
+            Ok(vec![s.ops.top_k(
+                &s.buf(x)?.buf,
+                (row * cols) as u32,
+                cols as u32,
+                1,
+                k as u32,
+                s.src(Src::Scratch("selected ids"))?,
+                s.src(Src::Scratch("selected values"))?,
+            )?])
+        })?;
+        let b = self.flush_read(&[
+            (Src::Scratch("selected ids"), 0, (k * 4) as u64),
+            (Src::Scratch("selected values"), 0, (k * 4) as u64),
+        ])?;
+        let ids: Vec<u32> = bytemuck::pod_collect_to_vec(&b[0]);
+        let vals: Vec<f32> = bytemuck::pod_collect_to_vec(&b[1]);
+        Ok(ids.into_iter().zip(vals).collect())
+    }
+
+    fn read_rows(&mut self, x: BufId, first: usize, n: usize) -> Result<Vec<f32>> {
+        self.check_rows(x, first + n, None, "read_rows")?;
+        let cols = self.buf(x)?.cols;
+        let b = self.flush_read(&[(
+            Src::Buf(x),
+            (first * cols * 4) as u64,
+            (n * cols * 4) as u64,
+        )])?;
+        Ok(bytemuck::pod_collect_to_vec(&b[0]))
+    }
+}
+
+impl GpuBackend {
+    /// Records one gated FFN of `n` rows of x into the "moe expert out" scratch.
+    fn ffn(
+        &mut self,
+        x: Src,
+        f: &crate::backend::GatedFfn,
+        act: Eltwise,
+        n: usize,
+        width: usize,
+    ) -> Result<()> {
+        self.linear(x, &f.gate, Src::Scratch("moe gate"), n)?;
+        self.linear(x, &f.up, Src::Scratch("moe up"), n)?;
+        self.scratch("moe act", (n * width * 4) as u64);
+        let key = key!("ffn act", n, width, act);
+        self.record(key, |s| {
+            let w = width as u32;
+            let (g, u) = (
+                s.src(Src::Scratch("moe gate"))?,
+                s.src(Src::Scratch("moe up"))?,
+            );
+            let a = s.src(Src::Scratch("moe act"))?;
+            Ok(vec![s.ops.eltwise(
+                act,
+                Region::new(g, 0, w),
+                Some(Region::new(u, 0, w)),
+                Region::new(a, 0, w),
+                w,
+                n as u32,
+            )?])
+        })?;
+        self.linear(
+            Src::Scratch("moe act"),
+            &f.down,
+            Src::Scratch("moe expert out"),
+            n,
+        )
+    }
+
+    /// Records out[:len] = 0.
+    fn zero(&mut self, out: BufId, len: usize) -> Result<()> {
+        self.scratch("zeros", (len * 4) as u64);
+        self.record(key!("zero", out, len), |s| {
+            Ok(vec![s.ops.eltwise(
+                Eltwise::Copy,
+                Region::new(s.src(Src::Scratch("zeros"))?, 0, 0),
+                None,
+                Region::new(&s.buf(out)?.buf, 0, 0),
+                len as u32,
+                1,
+            )?])
+        })
+    }
+}

@@ -1,0 +1,360 @@
+//! The wgpu device the GPU backend runs on: adapter choice (discrete first, a name filter,
+//! `WGPU_BACKEND` honoured), the optional features it offers, its limits, and device errors
+//! captured into a shared slot so they surface as `GpuError`s rather than panics.
+
+use super::error::{GpuError, GpuResult};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// How to choose the adapter.
+#[derive(Debug, Clone, Default)]
+pub struct GpuOptions {
+    /// Keep only adapters whose name contains this (case-insensitive).
+    pub adapter_name: Option<String>,
+    /// Keep the KV cache in f32 instead of f16 (exact comparisons with the CPU backend).
+    pub kv_f32: bool,
+}
+
+/// What the chosen device can do that kernels specialise on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    pub subgroups: bool,
+    pub f16: bool,
+    pub timestamps: bool,
+    /// Smallest subgroup size the adapter reports (kernels must not assume more).
+    pub subgroup_min: u32,
+    pub subgroup_max: u32,
+    /// Largest storage buffer binding, bytes.
+    pub max_binding: u64,
+    pub max_buffer: u64,
+    pub max_workgroup_storage: u32,
+}
+
+pub struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub caps: Capabilities,
+    errors: Arc<Mutex<Option<GpuError>>>,
+    submits: AtomicU64,
+    dispatches: AtomicU64,
+    weight_bytes: AtomicU64,
+}
+
+fn rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+fn record(slot: &Mutex<Option<GpuError>>, err: GpuError) {
+    let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+    // The first error is the cause; later ones usually follow from it.
+    if guard.is_none() {
+        *guard = Some(err);
+    }
+}
+
+impl GpuContext {
+    /// Opens the best adapter: discrete before integrated before software, among the backends
+    /// `WGPU_BACKEND` allows (all by default), filtered by `opts.adapter_name`.
+    pub fn new(opts: &GpuOptions) -> GpuResult<GpuContext> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
+        let instance = wgpu::Instance::new(desc);
+        let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+        if let Some(want) = &opts.adapter_name {
+            let want = want.to_lowercase();
+            adapters.retain(|a| a.get_info().name.to_lowercase().contains(&want));
+        }
+        adapters.sort_by_key(|a| {
+            let info = a.get_info();
+            // Within a device type prefer Vulkan/Metal/DX12 over GL, which lacks subgroups and f16.
+            (rank(info.device_type), info.backend == wgpu::Backend::Gl)
+        });
+        let Some(adapter) = adapters.into_iter().next() else {
+            let detail = match &opts.adapter_name {
+                Some(w) => format!(" whose name contains {w:?} (present: {names:?})"),
+                None => String::new(),
+            };
+            return Err(GpuError::NoAdapter(detail));
+        };
+        let info = adapter.get_info();
+        let offered = adapter.features();
+        let wanted = wgpu::Features::SUBGROUP
+            | wgpu::Features::SUBGROUP_BARRIER
+            | wgpu::Features::SHADER_F16
+            | wgpu::Features::TIMESTAMP_QUERY;
+        let features = offered & wanted;
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("minerva"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| GpuError::RequestDevice {
+            adapter: info.name.clone(),
+            reason: e.to_string(),
+        })?;
+
+        let errors: Arc<Mutex<Option<GpuError>>> = Arc::new(Mutex::new(None));
+        let slot = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let err = match e {
+                wgpu::Error::OutOfMemory { source } => GpuError::OutOfMemory(source.to_string()),
+                wgpu::Error::Validation { description, .. } => GpuError::Validation(description),
+                wgpu::Error::Internal { description, .. } => GpuError::Validation(description),
+            };
+            record(&slot, err);
+        }));
+        let slot = errors.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if reason != wgpu::DeviceLostReason::Destroyed {
+                record(&slot, GpuError::DeviceLost(format!("{reason:?}: {msg}")));
+            }
+        });
+        let caps = Capabilities {
+            subgroups: features.contains(wgpu::Features::SUBGROUP),
+            f16: features.contains(wgpu::Features::SHADER_F16),
+            timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            subgroup_min: info.subgroup_min_size.max(1),
+            subgroup_max: info.subgroup_max_size.max(1),
+            max_binding: limits.max_storage_buffer_binding_size,
+            max_buffer: limits.max_buffer_size,
+            max_workgroup_storage: limits.max_compute_workgroup_storage_size,
+        };
+        Ok(GpuContext {
+            device,
+            queue,
+            info,
+            caps,
+            errors,
+            submits: AtomicU64::new(0),
+            dispatches: AtomicU64::new(0),
+            weight_bytes: AtomicU64::new(0),
+        })
+    }
+
+    /// Command buffers submitted so far (one per step, plus uploads' and reads' own).
+    pub fn submits(&self) -> u64 {
+        self.submits.load(Ordering::Relaxed)
+    }
+
+    /// Kernel launches submitted so far.
+    pub fn dispatches(&self) -> u64 {
+        self.dispatches.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of weight buffers created on this device.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_weight_bytes(&self, bytes: u64) {
+        self.weight_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// The first device error since the last check, if any.
+    pub fn check(&self) -> GpuResult<()> {
+        let mut guard = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        match guard.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until the queue is idle, then reports any device error.
+    pub fn wait(&self) -> GpuResult<()> {
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: None,
+            })
+            .map_err(|e| GpuError::DeviceLost(e.to_string()))?;
+        self.check()
+    }
+
+    /// A one-line description: adapter, backend, and the features kernels use.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({:?}, {:?}; subgroups {}, f16 {}, binding ≤ {} MiB)",
+            self.info.name,
+            self.info.backend,
+            self.info.device_type,
+            if self.caps.subgroups {
+                self.caps.subgroup_min.to_string()
+            } else {
+                "no".into()
+            },
+            self.caps.f16,
+            self.caps.max_binding >> 20
+        )
+    }
+}
+
+/// Buffers and one-shot execution: what ops and tests need around kernels.
+impl GpuContext {
+    /// A storage buffer of `bytes` (at least one word), zero-filled.
+    pub fn storage(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.div_ceil(4).max(1) * 4,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// A storage buffer holding `data`.
+    pub fn storage_with<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> wgpu::Buffer {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let buf = self.storage(label, bytes.len() as u64);
+        if !bytes.is_empty() {
+            let padded = bytes.len().div_ceil(4) * 4;
+            if padded == bytes.len() {
+                self.queue.write_buffer(&buf, 0, bytes);
+            } else {
+                let mut v = bytes.to_vec();
+                v.resize(padded, 0);
+                self.queue.write_buffer(&buf, 0, &v);
+            }
+        }
+        buf
+    }
+
+    /// A uniform buffer holding `data` (a Pod struct laid out like the kernel's Params).
+    pub fn uniform<T: bytemuck::Pod>(&self, label: &str, data: &T) -> wgpu::Buffer {
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: std::mem::size_of::<T>().max(16) as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.queue.write_buffer(&buf, 0, bytemuck::bytes_of(data));
+        buf
+    }
+
+    /// Records `dispatches` in one compute pass of one encoder and submits it.
+    pub fn submit(&self, dispatches: &[&super::pipelines::Dispatch]) -> GpuResult<()> {
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("step"),
+            });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("step"),
+                timestamp_writes: None,
+            });
+            for d in dispatches {
+                d.record(&mut pass);
+            }
+        }
+        self.queue.submit([enc.finish()]);
+        self.submits.fetch_add(1, Ordering::Relaxed);
+        self.dispatches
+            .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
+        self.check()
+    }
+
+    /// Copies `bytes` bytes at `offset` of `buf` back to the CPU (waits for the queue).
+    pub fn read_bytes(&self, buf: &wgpu::Buffer, offset: u64, bytes: u64) -> GpuResult<Vec<u8>> {
+        Ok(self.run_and_read(&[], &[(buf, offset, bytes)])?.remove(0))
+    }
+
+    /// Records `dispatches` in one compute pass, then copies each (buffer, offset, bytes) region
+    /// to one staging buffer, all in one submit, and waits for the bytes: a step and its read
+    /// back cost a single round trip.
+    pub fn run_and_read(
+        &self,
+        dispatches: &[&super::pipelines::Dispatch],
+        reads: &[(&wgpu::Buffer, u64, u64)],
+    ) -> GpuResult<Vec<Vec<u8>>> {
+        let padded: Vec<u64> = reads.iter().map(|r| r.2.div_ceil(4).max(1) * 4).collect();
+        let total: u64 = padded.iter().sum();
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read back"),
+            size: total.max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("step + read back"),
+            });
+        if !dispatches.is_empty() {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("step"),
+                timestamp_writes: None,
+            });
+            for d in dispatches {
+                d.record(&mut pass);
+            }
+        }
+        let mut at = 0;
+        for ((buf, offset, _), size) in reads.iter().zip(&padded) {
+            enc.copy_buffer_to_buffer(buf, *offset, &staging, at, *size);
+            at += size;
+        }
+        self.queue.submit([enc.finish()]);
+        self.submits.fetch_add(1, Ordering::Relaxed);
+        self.dispatches
+            .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
+        self.check()?;
+        let slot: Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>> =
+            Arc::new(Mutex::new(None));
+        let s = slot.clone();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            *s.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        });
+        self.wait()?;
+        let result = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match result {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(GpuError::Readback(e.to_string())),
+            None => return Err(GpuError::Readback("the map request never completed".into())),
+        }
+        let mut out = Vec::new();
+        {
+            let view = staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| GpuError::Readback(e.to_string()))?;
+            let mut at = 0usize;
+            for ((_, _, bytes), size) in reads.iter().zip(&padded) {
+                out.push(view[at..at + *bytes as usize].to_vec());
+                at += *size as usize;
+            }
+        }
+        staging.unmap();
+        Ok(out)
+    }
+
+    pub fn read_f32(
+        &self,
+        buf: &wgpu::Buffer,
+        offset_elems: usize,
+        n: usize,
+    ) -> GpuResult<Vec<f32>> {
+        let b = self.read_bytes(buf, offset_elems as u64 * 4, n as u64 * 4)?;
+        Ok(bytemuck::pod_collect_to_vec(&b))
+    }
+
+    pub fn read_u32(
+        &self,
+        buf: &wgpu::Buffer,
+        offset_elems: usize,
+        n: usize,
+    ) -> GpuResult<Vec<u32>> {
+        let b = self.read_bytes(buf, offset_elems as u64 * 4, n as u64 * 4)?;
+        Ok(bytemuck::pod_collect_to_vec(&b))
+    }
+}

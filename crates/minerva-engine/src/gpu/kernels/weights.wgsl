@@ -1,0 +1,29 @@
+// The main weight buffer (blocks or packed words) and unaligned reads from it. Block sizes such
+// as Q4_0's 18 bytes are not multiples of 4, so fields are read from u32 words.
+
+@group(0) @binding(0) var<storage, read> w0: array<u32>;
+
+fn w0_byte(b: u32) -> u32 {
+    return (w0[b >> 2u] >> ((b & 3u) * 8u)) & 0xFFu;
+}
+
+fn w0_u16(b: u32) -> u32 {
+    if ((b & 3u) == 3u) {
+        return w0_byte(b) | (w0_byte(b + 1u) << 8u);
+    }
+    return (w0[b >> 2u] >> ((b & 3u) * 8u)) & 0xFFFFu;
+}
+
+// Four bytes from any byte offset.
+fn w0_word(b: u32) -> u32 {
+    let i = b >> 2u;
+    let s = (b & 3u) * 8u;
+    if (s == 0u) {
+        return w0[i];
+    }
+    return (w0[i] >> s) | (w0[i + 1u] << (32u - s));
+}
+
+fn w0_f16(b: u32) -> f32 {
+    return f16_bits(w0_u16(b));
+}

@@ -1,0 +1,16 @@
+//! The GPU backend over wgpu: device setup, weights uploaded in their stored layout, WGSL kernels
+//! composed from `kernels/`, and ops that record them into one compute pass per step.
+
+pub mod backend;
+pub mod context;
+pub mod error;
+pub mod ops;
+pub mod pipelines;
+pub mod shader;
+pub mod weights;
+
+pub use backend::GpuBackend;
+pub use context::{Capabilities, GpuContext, GpuOptions};
+pub use error::{GpuError, GpuResult};
+pub use ops::{AttnShape, Bias, Eltwise, ExpertSel, KvCache, MatSel, Multi, Ops, Region, Step};
+pub use weights::GpuWeight;

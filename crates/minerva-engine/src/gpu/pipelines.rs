@@ -1,0 +1,181 @@
+//! Compute pipelines built from composed WGSL, once per (file, defines, entry point), plus the
+//! `Dispatch` record that ops produce: a pipeline, its bind group and a grid, ready to record
+//! into any number of compute passes.
+
+use super::context::GpuContext;
+use super::error::{GpuError, GpuResult};
+use super::shader::{compose, compose_multi, Defines};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+type Key = (String, Vec<(String, String)>, String);
+
+#[derive(Default)]
+pub struct Pipelines {
+    cache: Mutex<HashMap<Key, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl Pipelines {
+    pub fn get(
+        &self,
+        ctx: &GpuContext,
+        file: &str,
+        defs: &Defines,
+        entry: &str,
+    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        self.build(ctx, file, defs, &[], entry, true)
+    }
+
+    /// Pipelines built so far.
+    pub fn len(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A kernel over several weights, each decoded by its own instance of its decoder
+    /// (`shader::compose_multi`).
+    pub fn get_multi(
+        &self,
+        ctx: &GpuContext,
+        file: &str,
+        defs: &Defines,
+        weights: &[Defines],
+        entry: &str,
+    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        self.build(ctx, file, defs, weights, entry, true)
+    }
+
+    /// Builds a pipeline ahead of use without consuming device errors (another thread may be
+    /// the one to report them); a kernel that fails here fails again, reported, when used.
+    pub fn prepare(
+        &self,
+        ctx: &GpuContext,
+        file: &str,
+        defs: &Defines,
+        weights: &[Defines],
+        entry: &str,
+    ) {
+        let _ = self.build(ctx, file, defs, weights, entry, false);
+    }
+
+    fn build(
+        &self,
+        ctx: &GpuContext,
+        file: &str,
+        defs: &Defines,
+        weights: &[Defines],
+        entry: &str,
+        checked: bool,
+    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        let mut flat: Vec<(String, String)> =
+            defs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (i, w) in weights.iter().enumerate() {
+            flat.extend(
+                w.iter()
+                    .map(|(k, v)| (format!("weight {i}: {k}"), v.clone())),
+            );
+        }
+        let key: Key = (file.to_string(), flat, entry.to_string());
+        // The lock is not held while compiling: the warm-up thread must not stall the ops.
+        if let Some(p) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(p.clone());
+        }
+        let src = if weights.is_empty() {
+            compose(file, defs)
+        } else {
+            compose_multi(file, defs, weights)
+        }
+        .map_err(GpuError::Validation)?;
+        let label = format!("{file}:{entry}");
+        // Ahead of use, errors go to a scope of this thread, not to the device's shared slot.
+        let scope = (!checked).then(|| ctx.device.push_error_scope(wgpu::ErrorFilter::Validation));
+        let module = ctx
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&label),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+        let pipeline = ctx
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&label),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        match scope {
+            Some(scope) => {
+                if let Some(e) = pollster::block_on(scope.pop()) {
+                    // Not cached: the op that uses it builds it again and reports the error.
+                    return Err(GpuError::Validation(e.to_string()));
+                }
+            }
+            None => ctx.check().map_err(|e| match e {
+                GpuError::Validation(m) => {
+                    GpuError::Validation(format!("kernel {label} {defs:?}: {m}"))
+                }
+                other => other,
+            })?,
+        }
+        let pipeline = Arc::new(pipeline);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        // Two threads may have built the same pipeline: keep the first.
+        let pipeline = cache.entry(key).or_insert(pipeline).clone();
+        Ok(pipeline)
+    }
+}
+
+/// One recorded kernel launch.
+pub struct Dispatch {
+    pub pipeline: Arc<wgpu::ComputePipeline>,
+    pub bind_group: wgpu::BindGroup,
+    pub groups: [u32; 3],
+}
+
+impl Dispatch {
+    /// Binds `entries` (binding index, buffer) to the pipeline's layout.
+    pub fn new(
+        ctx: &GpuContext,
+        pipeline: Arc<wgpu::ComputePipeline>,
+        entries: &[(u32, &wgpu::Buffer)],
+        groups: [u32; 3],
+    ) -> Dispatch {
+        let layout = pipeline.get_bind_group_layout(0);
+        let entries: Vec<wgpu::BindGroupEntry> = entries
+            .iter()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: *i,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &entries,
+        });
+        Dispatch {
+            pipeline,
+            bind_group,
+            groups,
+        }
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass) {
+        if self.groups.contains(&0) {
+            return;
+        }
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+    }
+}

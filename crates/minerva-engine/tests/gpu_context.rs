@@ -1,0 +1,114 @@
+//! The GPU device: adapter choice by name, and device errors surfacing as `GpuError` values.
+
+mod gpu_common;
+
+use gpu_common::*;
+use minerva_engine::gpu::pipelines::Pipelines;
+use minerva_engine::gpu::shader::defines;
+use minerva_engine::gpu::{GpuContext, GpuError, GpuOptions, GpuWeight};
+use minerva_formats::{DType, TensorData, TensorView};
+
+#[test]
+fn an_adapter_name_that_matches_nothing_is_an_error() {
+    if device().is_none() {
+        return;
+    }
+    let opts = GpuOptions {
+        adapter_name: Some("no-such-adapter-anywhere".into()),
+        ..Default::default()
+    };
+    match GpuContext::new(&opts) {
+        Err(GpuError::NoAdapter(msg)) => assert!(msg.contains("no-such-adapter-anywhere"), "{msg}"),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(c) => panic!("matched {}", c.describe()),
+    }
+}
+
+#[test]
+fn validation_errors_become_values() {
+    let Some(ctx) = device() else { return };
+    // A copy past the end of a buffer: wgpu reports it to the device's error handler.
+    let a = ctx.storage("a", 16);
+    let b = ctx.storage("b", 16);
+    let mut enc = ctx.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(&a, 0, &b, 8, 16);
+    ctx.queue.submit([enc.finish()]);
+    match ctx.wait() {
+        Err(GpuError::Validation(msg)) => assert!(!msg.is_empty()),
+        other => panic!("expected a validation error, got {other:?}"),
+    }
+    // The slot is cleared once reported; the device keeps working.
+    ctx.wait().unwrap();
+    let c = ctx.storage_with("c", &[1f32, 2.0]);
+    assert_eq!(ctx.read_f32(&c, 0, 2).unwrap(), vec![1.0, 2.0]);
+}
+
+#[test]
+fn upload_rejects_mismatched_sizes_and_unknown_dtypes() {
+    let Some(ctx) = device() else { return };
+    let bytes = vec![0u8; 18 * 3];
+    let short = TensorView {
+        name: "blk.0.attn_q.weight",
+        shape: vec![2, 64],
+        dtype: DType::Q4_0,
+        data: TensorData::Plain(&bytes),
+    };
+    let err = GpuWeight::upload(&ctx, &short, 1)
+        .err()
+        .expect("size mismatch accepted");
+    assert!(err.to_string().contains("blk.0.attn_q.weight"), "{err}");
+    let ints = TensorView {
+        name: "ids",
+        shape: vec![4],
+        dtype: DType::I32,
+        data: TensorData::Plain(&bytes[..16]),
+    };
+    let err = GpuWeight::upload(&ctx, &ints, 1)
+        .err()
+        .expect("I32 weight accepted");
+    assert!(err.to_string().contains("I32"), "{err}");
+}
+
+#[test]
+fn weight_memory_is_the_stored_size() {
+    let Some(ctx) = device() else { return };
+    let mut rng = Rng::new(4);
+    let row = rng.vec(64 * 10);
+    let bytes: Vec<u8> = row.chunks(64).flat_map(quantize_q4_0).collect();
+    let view = TensorView {
+        name: "w",
+        shape: vec![10, 64],
+        dtype: DType::Q4_0,
+        data: TensorData::Plain(&bytes),
+    };
+    let w = GpuWeight::upload(&ctx, &view, 1).unwrap();
+    assert_eq!(w.gpu_bytes(), bytes.len().div_ceil(4) as u64 * 4);
+}
+
+#[test]
+fn pipelines_built_ahead_keep_their_errors_to_themselves() {
+    let Some(ctx) = device() else { return };
+    let pipelines = Pipelines::default();
+    // A decoder file without its dtype flag does not compile (no BLOCK_BYTES).
+    let broken = defines(&[("DECODER", "blocks_ggml.wgsl".into())]);
+    pipelines.prepare(&ctx, "embed.wgsl", &broken, &[], "main");
+    ctx.check()
+        .expect("an ahead-of-use build reported into the device's error slot");
+    // Asked for by an op, the same kernel fails with an error naming it.
+    match pipelines.get(&ctx, "embed.wgsl", &broken, "main") {
+        Err(GpuError::Validation(msg)) => assert!(msg.contains("embed.wgsl"), "{msg}"),
+        other => panic!("expected a validation error, got {:?}", other.map(|_| ())),
+    }
+    // A good kernel built ahead is the one later handed out.
+    let good = defines(&[
+        ("DECODER", "blocks_ggml.wgsl".into()),
+        ("DT_Q4_0", String::new()),
+    ]);
+    pipelines.prepare(&ctx, "embed.wgsl", &good, &[], "main");
+    assert_eq!(pipelines.len(), 1);
+    let a = pipelines.get(&ctx, "embed.wgsl", &good, "main").unwrap();
+    let b = pipelines.get(&ctx, "embed.wgsl", &good, "main").unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &b));
+    assert_eq!(pipelines.len(), 1);
+    ctx.check().unwrap();
+}

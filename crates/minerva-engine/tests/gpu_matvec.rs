@@ -1,0 +1,709 @@
+//! GPU weight kernels (decode matvec, prefill matmul, embedding lookup, expert matvec) for every
+//! stored dtype against the CPU: weights dequantized by `minerva_formats::dequantize_rows` (or a
+//! small local reference where the formats crate has no decoder yet), products in f64.
+
+mod gpu_common;
+
+use gpu_common::*;
+use minerva_engine::gpu::{
+    Bias, Eltwise, ExpertSel, GpuContext, GpuWeight, MatSel, Multi, Ops, Region,
+};
+use minerva_formats::{dequantize_rows, DType, TensorData, TensorView};
+use std::sync::Arc;
+
+/// Stored bytes of a random tensor of `dtype`, with scale fields kept finite and moderate.
+struct Stored {
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    bufs: Vec<Vec<u8>>,
+}
+
+fn f16_bytes(v: f32) -> [u8; 2] {
+    half::f16::from_f32(v).to_le_bytes()
+}
+
+fn make(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Stored {
+    let mut bufs = Vec::new();
+    match dtype {
+        DType::F32 => bufs.push(
+            rng.vec(rows * cols)
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+        DType::F16 => bufs.push(
+            rng.vec(rows * cols)
+                .iter()
+                .flat_map(|v| f16_bytes(*v))
+                .collect(),
+        ),
+        DType::BF16 => bufs.push(
+            rng.vec(rows * cols)
+                .iter()
+                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+        ),
+        DType::Q8_0 => bufs.push(
+            rng.vec(rows * cols)
+                .chunks(cols)
+                .flat_map(quantize_q8_0)
+                .collect(),
+        ),
+        DType::Q4_0 => bufs.push(
+            rng.vec(rows * cols)
+                .chunks(cols)
+                .flat_map(quantize_q4_0)
+                .collect(),
+        ),
+        DType::MlxAffine { bits, group } => {
+            let groups = rows * cols / group as usize;
+            bufs.push(rng.bytes(rows * cols * bits as usize / 8));
+            bufs.push(
+                (0..groups)
+                    .flat_map(|_| f16_bytes(0.05 + 0.1 * rng.f32().abs()))
+                    .collect(),
+            );
+            bufs.push(
+                (0..groups)
+                    .flat_map(|_| f16_bytes(0.3 * rng.f32()))
+                    .collect(),
+            );
+        }
+        DType::HfMxfp4 | DType::MlxMxfp4 => {
+            bufs.push(rng.bytes(rows * cols / 2));
+            bufs.push(
+                (0..rows * cols / 32)
+                    .map(|_| 120 + rng.below(12) as u8)
+                    .collect(),
+            );
+        }
+        _ => {
+            // GGUF blocks: random bytes, then sane f16 scales (and E8M0 exponents) in place.
+            let bb = dtype.block_bytes();
+            let halves: &[usize] = match dtype {
+                DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+                DType::Q5_0 => &[0],
+                DType::Q2_K => &[80, 82],
+                DType::Q3_K => &[108],
+                DType::Q6_K => &[208],
+                _ => &[],
+            };
+            let mut b = rng.bytes(rows * dtype.row_bytes(cols).unwrap());
+            for blk in b.chunks_exact_mut(bb) {
+                for &h in halves {
+                    blk[h..h + 2].copy_from_slice(&f16_bytes(0.01 + 0.02 * rng.f32().abs()));
+                }
+                if dtype == DType::MXFP4 {
+                    blk[0] = 120 + rng.below(12) as u8;
+                }
+            }
+            bufs.push(b);
+        }
+    }
+    Stored {
+        dtype,
+        rows,
+        cols,
+        bufs,
+    }
+}
+
+impl Stored {
+    fn view(&self, shape: Vec<usize>) -> TensorView<'_> {
+        let data = match self.dtype {
+            DType::MlxAffine { .. } => TensorData::MlxAffine {
+                weight: &self.bufs[0],
+                scales: &self.bufs[1],
+                biases: &self.bufs[2],
+                scale_dtype: DType::F16,
+            },
+            DType::MlxMxfp4 => TensorData::MlxMxfp4 {
+                weight: &self.bufs[0],
+                scales: &self.bufs[1],
+            },
+            DType::HfMxfp4 => TensorData::HfMxfp4 {
+                blocks: &self.bufs[0],
+                scales: &self.bufs[1],
+            },
+            _ => TensorData::Plain(&self.bufs[0]),
+        };
+        TensorView {
+            name: "w",
+            shape,
+            dtype: self.dtype,
+            data,
+        }
+    }
+
+    /// The weights as f32 on the CPU, or None (said loudly) where no reference decoder exists.
+    fn reference(&self) -> Option<Vec<f32>> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        match self.dtype {
+            DType::MlxAffine { bits, group } => {
+                dequant_mlx_affine(
+                    bits as u32,
+                    group as usize,
+                    &self.bufs[0],
+                    &self.bufs[1],
+                    &self.bufs[2],
+                    self.cols,
+                    &mut out,
+                );
+                return Some(out);
+            }
+            // MLX mxfp4 words hold the codes in the same order as the HF blocks.
+            DType::MlxMxfp4 => {
+                let hf = TensorView {
+                    name: "w",
+                    shape: vec![self.rows, self.cols],
+                    dtype: DType::HfMxfp4,
+                    data: TensorData::HfMxfp4 {
+                        blocks: &self.bufs[0],
+                        scales: &self.bufs[1],
+                    },
+                };
+                dequantize_rows(&hf, 0, self.rows, &mut out).unwrap();
+                return Some(out);
+            }
+            _ => {}
+        }
+        let Err(e) = dequantize_rows(
+            &self.view(vec![self.rows, self.cols]),
+            0,
+            self.rows,
+            &mut out,
+        ) else {
+            return Some(out);
+        };
+        if dequant_local(self.dtype, &self.bufs[0], &mut out) {
+            return Some(out);
+        }
+        eprintln!(
+            "NOT CHECKED: {} has no CPU reference decoder yet ({e})",
+            self.dtype.name()
+        );
+        None
+    }
+}
+
+/// y[t][r] = Σ_c w[r][c] x[t][c] in f64, and Σ|w||x| for the tolerance.
+fn cpu_matmul(
+    w: &[f32],
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut y = Vec::new();
+    let mut mag = Vec::new();
+    for t in 0..tokens {
+        for r in 0..rows {
+            let (mut s, mut m) = (0f64, 0f64);
+            for c in 0..cols {
+                let p = w[r * cols + c] as f64 * x[t * cols + c] as f64;
+                s += p;
+                m += p.abs();
+            }
+            y.push(s as f32);
+            mag.push(m as f32);
+        }
+    }
+    (y, mag)
+}
+
+fn all_dtypes() -> Vec<(DType, usize)> {
+    let mut v = vec![
+        (DType::F32, 37),
+        (DType::F16, 37),
+        (DType::BF16, 45),
+        (DType::Q8_0, 96),
+        (DType::Q4_0, 96),
+        (DType::Q4_1, 96),
+        (DType::Q5_0, 96),
+        (DType::Q5_1, 96),
+        (DType::MXFP4, 96),
+        (DType::Q2_K, 512),
+        (DType::Q3_K, 512),
+        (DType::Q4_K, 512),
+        (DType::Q5_K, 512),
+        (DType::Q6_K, 512),
+        (DType::HfMxfp4, 96),
+        (DType::MlxMxfp4, 96),
+    ];
+    for bits in [2u8, 3, 4, 5, 6, 8] {
+        for group in [32u16, 64] {
+            v.push((DType::MlxAffine { bits, group }, 128));
+        }
+    }
+    v
+}
+
+/// Runs matvec (3 vectors), matmul (37 tokens) and embedding (5 ids) for one weight and checks
+/// them against the CPU.
+fn check_stored(ctx: Arc<GpuContext>, s: &Stored, want_parts: Option<usize>) {
+    let Some(w_ref) = s.reference() else { return };
+    check_weight(ctx, &s.view(vec![s.rows, s.cols]), &w_ref, want_parts);
+}
+
+fn check_weight(ctx: Arc<GpuContext>, view: &TensorView, w_ref: &[f32], want_parts: Option<usize>) {
+    let name = view.dtype.name();
+    let w = GpuWeight::upload(&ctx, view, 1).unwrap();
+    if let Some(n) = want_parts {
+        assert_eq!(w.parts.len(), n, "{name}: parts");
+    }
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(7);
+    let (rows, cols) = (view.rows(), view.row_len());
+
+    // Decode matvec over a batch of 3 vectors, with offsets and strides.
+    let batch = 3;
+    let x = rng.vec(batch * cols);
+    let mut xb = vec![0f32; 5];
+    xb.extend(x.iter().flat_map(|v| [*v]));
+    let xbuf = ctx.storage_with("x", &xb);
+    let ybuf = ctx.storage("y", ((batch * (rows + 2) + 1) * 4) as u64);
+    let d = ops
+        .matvec(
+            &w,
+            &MatSel::whole(&w),
+            Region::new(&xbuf, 5, cols as u32),
+            Region::new(&ybuf, 1, rows as u32 + 2),
+            batch as u32,
+            None,
+            None,
+        )
+        .unwrap();
+    ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+    let (want, mag) = cpu_matmul(w_ref, &x, rows, cols, batch);
+    for b in 0..batch {
+        let got = ctx.read_f32(&ybuf, 1 + b * (rows + 2), rows).unwrap();
+        assert_dots_close(
+            &format!("{name} matvec vector {b}"),
+            &got,
+            &want[b * rows..(b + 1) * rows],
+            &mag[b * rows..(b + 1) * rows],
+            2e-5,
+        );
+    }
+
+    // Prefill matmul over 37 tokens (not a multiple of the 32-token tile).
+    let tokens = 37;
+    let x = rng.vec(tokens * cols);
+    let xbuf = ctx.storage_with("x", &x);
+    let ybuf = ctx.storage("y", (tokens * rows * 4) as u64);
+    let d = ops
+        .matmul(
+            &w,
+            &MatSel::whole(&w),
+            Region::new(&xbuf, 0, cols as u32),
+            Region::new(&ybuf, 0, rows as u32),
+            tokens as u32,
+            None,
+        )
+        .unwrap();
+    ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+    let (want, mag) = cpu_matmul(w_ref, &x, rows, cols, tokens);
+    let got = ctx.read_f32(&ybuf, 0, tokens * rows).unwrap();
+    assert_dots_close(&format!("{name} matmul"), &got, &want, &mag, 2e-5);
+
+    // Embedding lookup of rows in every part.
+    let ids: Vec<u32> = vec![0, rows as u32 - 1, 3, rows as u32 / 2, 3];
+    let ibuf = ctx.storage_with("ids", &ids);
+    let ebuf = ctx.storage("emb", (ids.len() * cols * 4) as u64);
+    let d = ops.embed(&w, &ibuf, &ebuf, ids.len() as u32, 0.5).unwrap();
+    ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+    let got = ctx.read_f32(&ebuf, 0, ids.len() * cols).unwrap();
+    let want: Vec<f32> = ids
+        .iter()
+        .flat_map(|&i| {
+            w_ref[i as usize * cols..(i as usize + 1) * cols]
+                .iter()
+                .map(|v| v * 0.5)
+        })
+        .collect();
+    assert_close(&format!("{name} embedding"), &got, &want, 1e-6);
+}
+
+#[test]
+fn every_dtype_matches_the_cpu() {
+    let Some(ctx) = shared() else { return };
+    let mut rng = Rng::new(1);
+    for (dtype, cols) in all_dtypes() {
+        let s = make(dtype, 45, cols, &mut rng);
+        check_stored(ctx.clone(), &s, Some(1));
+    }
+}
+
+/// Blocks of every GGUF quant type and their values as decoded by gguf-py
+/// (tools/gpu_block_reference.py).
+#[test]
+fn gguf_blocks_match_gguf_py() {
+    let Some(ctx) = shared() else { return };
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/gpu/ggml_blocks.safetensors"
+    );
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let types = [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::MXFP4,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ];
+    for dtype in types {
+        let blocks = st.tensor(&format!("{}.blocks", dtype.name())).unwrap();
+        let values = st.tensor(&format!("{}.values", dtype.name())).unwrap();
+        let shape = values.shape().to_vec();
+        let w_ref: Vec<f32> = bytemuck::pod_collect_to_vec(values.data());
+        let view = TensorView {
+            name: "w",
+            shape,
+            dtype,
+            data: TensorData::Plain(blocks.data()),
+        };
+        check_weight(ctx.clone(), &view, &w_ref, Some(1));
+    }
+}
+
+#[test]
+fn weights_split_across_bindings_give_the_same_results() {
+    if device().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(2);
+    // A binding limit of 10 rows (plus slack) splits 45 rows into 5 parts.
+    let cases = [
+        (DType::F16, 37),
+        (DType::Q4_0, 96),
+        (DType::MlxAffine { bits: 3, group: 32 }, 128),
+        (DType::HfMxfp4, 64),
+    ];
+    for (dtype, cols) in cases {
+        let s = make(dtype, 45, cols, &mut rng);
+        let widest = s.bufs.iter().map(|b| b.len() / 45).max().unwrap();
+        let mut ctx = GpuContext::new(&Default::default()).unwrap();
+        ctx.caps.max_binding = (widest * 10 + 4) as u64;
+        check_stored(Arc::new(ctx), &s, Some(5));
+    }
+}
+
+#[test]
+fn expert_matvec_reads_expert_ids_from_the_gpu() {
+    if device().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(3);
+    let (experts, rows, cols) = (5usize, 19usize, 64usize);
+    let s = make(DType::Q8_0, experts * rows, cols, &mut rng);
+    let w_ref = s.reference().unwrap();
+    let bias = rng.vec(experts * rows);
+    // Whole experts per part: a limit of 2 experts' rows splits 5 experts into 3 parts.
+    for limit in [None, Some(2 * rows * 68 + 4)] {
+        let mut ctx = GpuContext::new(&Default::default()).unwrap();
+        if let Some(l) = limit {
+            ctx.caps.max_binding = l as u64;
+        }
+        let ctx = Arc::new(ctx);
+        let ops = Ops::new(ctx.clone());
+        let w = GpuWeight::upload(&ctx, &s.view(vec![experts, rows, cols]), rows).unwrap();
+        assert_eq!(w.parts.len(), if limit.is_some() { 3 } else { 1 });
+        // Two tokens, two experts each; gate/up style: item z reads token z / 2.
+        let ids: Vec<u32> = vec![4, 1, 0, 4];
+        let x = rng.vec(2 * cols);
+        let (xb, ib, bb) = (
+            ctx.storage_with("x", &x),
+            ctx.storage_with("ids", &ids),
+            ctx.storage_with("bias", &bias),
+        );
+        let yb = ctx.storage("y", (4 * rows * 4) as u64);
+        let sel = ExpertSel { ids: &ib, x_div: 2 };
+        let bias_sel = Bias {
+            buf: &bb,
+            offset: 0,
+            expert_stride: rows as u32,
+        };
+        let all = MatSel {
+            matrix: 0,
+            offset: 0,
+            stride: 1,
+            out_dim: rows,
+            in_dim: cols,
+            input_major: false,
+        };
+        let d = ops
+            .matvec(
+                &w,
+                &all,
+                Region::new(&xb, 0, cols as u32),
+                Region::new(&yb, 0, rows as u32),
+                4,
+                Some(bias_sel),
+                Some(sel),
+            )
+            .unwrap();
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+        let got = ctx.read_f32(&yb, 0, 4 * rows).unwrap();
+        for (z, &e) in ids.iter().enumerate() {
+            let e = e as usize;
+            let wslice = &w_ref[e * rows * cols..(e + 1) * rows * cols];
+            let (mut want, mag) = cpu_matmul(
+                wslice,
+                &x[(z / 2) * cols..(z / 2 + 1) * cols],
+                rows,
+                cols,
+                1,
+            );
+            for (r, v) in want.iter_mut().enumerate() {
+                *v += bias[e * rows + r];
+            }
+            assert_dots_close(
+                &format!("expert item {z}"),
+                &got[z * rows..(z + 1) * rows],
+                &want,
+                &mag,
+                2e-5,
+            );
+        }
+    }
+}
+
+/// Interleaved outputs (every other stored row, as in gpt-oss's fused gate_up) of one matrix of
+/// a stacked weight, split across parts and stored output-major; and the same outputs of an
+/// input-major ([in][out]) float weight, with and without experts.
+#[test]
+fn strided_views_and_input_major_weights() {
+    if device().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(5);
+    let (mats, out_all, cols) = (3usize, 22usize, 64usize);
+    let s = make(DType::Q8_0, mats * out_all, cols, &mut rng);
+    let w_ref = s.reference().unwrap();
+    let x = rng.vec(2 * cols);
+    for split in [false, true] {
+        let mut ctx = GpuContext::new(&Default::default()).unwrap();
+        if split {
+            // 7 rows per part: parts cut matrices and the strided rows.
+            ctx.caps.max_binding = (7 * 68 + 4) as u64;
+        }
+        let ctx = Arc::new(ctx);
+        let ops = Ops::new(ctx.clone());
+        let w = GpuWeight::upload(&ctx, &s.view(vec![mats, out_all, cols]), 1).unwrap();
+        for (matrix, offset) in [(1usize, 1usize), (2, 0)] {
+            let sel = MatSel {
+                matrix,
+                offset,
+                stride: 2,
+                out_dim: out_all / 2,
+                in_dim: cols,
+                input_major: false,
+            };
+            let rows: Vec<usize> = (0..sel.out_dim)
+                .map(|j| matrix * out_all + offset + 2 * j)
+                .collect();
+            let wsel: Vec<f32> = rows
+                .iter()
+                .flat_map(|&r| w_ref[r * cols..(r + 1) * cols].to_vec())
+                .collect();
+            let (want, mag) = cpu_matmul(&wsel, &x, sel.out_dim, cols, 2);
+            let xb = ctx.storage_with("x", &x);
+            let yb = ctx.storage("y", (2 * sel.out_dim * 4) as u64);
+            let y = Region::new(&yb, 0, sel.out_dim as u32);
+            let mv = ops
+                .matvec(&w, &sel, Region::new(&xb, 0, cols as u32), y, 2, None, None)
+                .unwrap();
+            ctx.submit(&mv.iter().collect::<Vec<_>>()).unwrap();
+            assert_dots_close(
+                &format!("strided matvec split={split}"),
+                &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
+                &want,
+                &mag,
+                2e-5,
+            );
+            let mm = ops
+                .matmul(&w, &sel, Region::new(&xb, 0, cols as u32), y, 2, None)
+                .unwrap();
+            ctx.submit(&mm.iter().collect::<Vec<_>>()).unwrap();
+            assert_dots_close(
+                &format!("strided matmul split={split}"),
+                &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
+                &want,
+                &mag,
+                2e-5,
+            );
+        }
+    }
+
+    // Input-major f32: matrices [in = 40][out = 22]; view odd outputs of matrix 2, then by experts.
+    let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx.clone());
+    let (inp, outn) = (40usize, 22usize);
+    let vals = rng.vec(mats * inp * outn);
+    let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let view = TensorView {
+        name: "experts.gate_up_proj",
+        shape: vec![mats, inp, outn],
+        dtype: DType::F32,
+        data: TensorData::Plain(&bytes),
+    };
+    let w = GpuWeight::upload(&ctx, &view, inp).unwrap();
+    let x = rng.vec(2 * inp);
+    let xb = ctx.storage_with("x", &x);
+    let column = |m: usize, j: usize| -> Vec<f32> {
+        (0..inp)
+            .map(|c| vals[m * inp * outn + c * outn + j])
+            .collect()
+    };
+    let sel = MatSel {
+        matrix: 2,
+        offset: 1,
+        stride: 2,
+        out_dim: outn / 2,
+        in_dim: inp,
+        input_major: true,
+    };
+    let wsel: Vec<f32> = (0..sel.out_dim)
+        .flat_map(|j| column(2, 1 + 2 * j))
+        .collect();
+    let (want, mag) = cpu_matmul(&wsel, &x, sel.out_dim, inp, 2);
+    let yb = ctx.storage("y", (2 * sel.out_dim * 4) as u64);
+    let y = Region::new(&yb, 0, sel.out_dim as u32);
+    let mv = ops
+        .matvec(&w, &sel, Region::new(&xb, 0, inp as u32), y, 2, None, None)
+        .unwrap();
+    ctx.submit(&mv.iter().collect::<Vec<_>>()).unwrap();
+    assert_dots_close(
+        "input-major matvec",
+        &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
+        &want,
+        &mag,
+        2e-5,
+    );
+    let mm = ops
+        .matmul(&w, &sel, Region::new(&xb, 0, inp as u32), y, 2, None)
+        .unwrap();
+    ctx.submit(&mm.iter().collect::<Vec<_>>()).unwrap();
+    assert_dots_close(
+        "input-major matmul",
+        &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
+        &want,
+        &mag,
+        2e-5,
+    );
+    // Experts 0 and 2 for the two vectors.
+    let ids = ctx.storage_with("ids", &[0u32, 2]);
+    let sel = MatSel { matrix: 0, ..sel };
+    let mv = ops
+        .matvec(
+            &w,
+            &sel,
+            Region::new(&xb, 0, inp as u32),
+            y,
+            2,
+            None,
+            Some(ExpertSel {
+                ids: &ids,
+                x_div: 1,
+            }),
+        )
+        .unwrap();
+    ctx.submit(&mv.iter().collect::<Vec<_>>()).unwrap();
+    let got = ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap();
+    for (z, m) in [0usize, 2].into_iter().enumerate() {
+        let wsel: Vec<f32> = (0..sel.out_dim)
+            .flat_map(|j| column(m, 1 + 2 * j))
+            .collect();
+        let (want, mag) = cpu_matmul(&wsel, &x[z * inp..(z + 1) * inp], sel.out_dim, inp, 1);
+        assert_dots_close(
+            &format!("input-major expert {m}"),
+            &got[z * sel.out_dim..(z + 1) * sel.out_dim],
+            &want,
+            &mag,
+            2e-5,
+        );
+    }
+}
+
+/// Two or three weights of different dtypes read in one dispatch: q/k/v-style split outputs, and
+/// gate/up with the activation applied.
+#[test]
+fn fused_products_over_several_weights() {
+    let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(6);
+    let cols = 96;
+    let stored = [
+        make(DType::Q4_0, 45, cols, &mut rng),
+        make(DType::Q8_0, 13, cols, &mut rng),
+        make(DType::F16, 7, cols, &mut rng),
+        make(DType::MlxAffine { bits: 4, group: 32 }, 45, cols, &mut rng),
+    ];
+    let refs: Vec<Vec<f32>> = stored.iter().map(|s| s.reference().unwrap()).collect();
+    let ws: Vec<GpuWeight> = stored
+        .iter()
+        .map(|s| GpuWeight::upload(&ctx, &s.view(vec![s.rows, cols]), 1).unwrap())
+        .collect();
+    let x = rng.vec(cols + 3);
+    let xb = ctx.storage_with("x", &x);
+    let xr = Region::new(&xb, 3, 0);
+    let products = |i: usize| cpu_matmul(&refs[i], &x[3..], stored[i].rows, cols, 1);
+
+    let outs: Vec<wgpu::Buffer> = (0..3)
+        .map(|i| ctx.storage("y", (stored[i].rows * 4) as u64))
+        .collect();
+    let d = ops
+        .matvec_multi(
+            &[&ws[0], &ws[1], &ws[2]],
+            xr,
+            &[&outs[0], &outs[1], &outs[2]],
+            Multi::Split,
+        )
+        .unwrap();
+    ctx.submit(&[&d]).unwrap();
+    for i in 0..3 {
+        let (want, mag) = products(i);
+        let got = ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap();
+        assert_dots_close(&format!("split output {i}"), &got, &want, &mag, 2e-5);
+    }
+
+    let (g, gmag) = products(0);
+    let (u, umag) = products(3);
+    for op in [
+        Eltwise::SwiGlu,
+        Eltwise::GluOss {
+            alpha: 1.702,
+            limit: 7.0,
+        },
+    ] {
+        let yb = ctx.storage("act", (45 * 4) as u64);
+        let d = ops
+            .matvec_multi(&[&ws[0], &ws[3]], xr, &[&yb], Multi::Glu(op))
+            .unwrap();
+        ctx.submit(&[&d]).unwrap();
+        let got = ctx.read_f32(&yb, 0, 45).unwrap();
+        for r in 0..45 {
+            let want = match op {
+                Eltwise::SwiGlu => g[r] / (1.0 + (-g[r]).exp()) * u[r],
+                _ => {
+                    let gc = g[r].min(7.0);
+                    (u[r].clamp(-7.0, 7.0) + 1.0) * gc / (1.0 + (-1.702 * gc).exp())
+                }
+            };
+            let tol = 1e-4 * (1.0 + gmag[r]) * (1.0 + umag[r]);
+            assert!(
+                (got[r] - want).abs() <= tol,
+                "{op:?} row {r}: {} vs {want}",
+                got[r]
+            );
+        }
+    }
+}
