@@ -39,6 +39,7 @@ pub struct GpuContext {
     submits: AtomicU64,
     dispatches: AtomicU64,
     weight_bytes: AtomicU64,
+    profiler: Option<super::profile::Profiler>,
 }
 
 fn rank(t: wgpu::DeviceType) -> u8 {
@@ -129,6 +130,7 @@ impl GpuContext {
             max_buffer: limits.max_buffer_size,
             max_workgroup_storage: limits.max_compute_workgroup_storage_size,
         };
+        let profiler = super::profile::Profiler::from_env(caps.timestamps, &queue);
         Ok(GpuContext {
             device,
             queue,
@@ -138,6 +140,7 @@ impl GpuContext {
             submits: AtomicU64::new(0),
             dispatches: AtomicU64::new(0),
             weight_bytes: AtomicU64::new(0),
+            profiler,
         })
     }
 
@@ -248,7 +251,25 @@ impl GpuContext {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("step"),
             });
-        {
+        let profiled = self.record_step(&mut enc, dispatches);
+        self.queue.submit([enc.finish()]);
+        self.submits.fetch_add(1, Ordering::Relaxed);
+        self.dispatches
+            .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
+        self.finish_profile(profiled);
+        self.check()
+    }
+
+    /// Records a step's dispatches: one compute pass, or one timed pass each when profiling.
+    fn record_step(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        dispatches: &[&super::pipelines::Dispatch],
+    ) -> Option<super::profile::Pending> {
+        if let Some(p) = &self.profiler {
+            return p.record(&self.device, enc, dispatches);
+        }
+        if !dispatches.is_empty() {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("step"),
                 timestamp_writes: None,
@@ -257,11 +278,13 @@ impl GpuContext {
                 d.record(&mut pass);
             }
         }
-        self.queue.submit([enc.finish()]);
-        self.submits.fetch_add(1, Ordering::Relaxed);
-        self.dispatches
-            .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
-        self.check()
+        None
+    }
+
+    fn finish_profile(&self, pending: Option<super::profile::Pending>) {
+        if let (Some(p), Some(pending)) = (&self.profiler, pending) {
+            p.collect(&self.device, pending);
+        }
     }
 
     /// Copies `bytes` bytes at `offset` of `buf` back to the CPU (waits for the queue).
@@ -290,15 +313,7 @@ impl GpuContext {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("step + read back"),
             });
-        if !dispatches.is_empty() {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("step"),
-                timestamp_writes: None,
-            });
-            for d in dispatches {
-                d.record(&mut pass);
-            }
-        }
+        let profiled = self.record_step(&mut enc, dispatches);
         let mut at = 0;
         for ((buf, offset, _), size) in reads.iter().zip(&padded) {
             enc.copy_buffer_to_buffer(buf, *offset, &staging, at, *size);
@@ -316,6 +331,7 @@ impl GpuContext {
             *s.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         });
         self.wait()?;
+        self.finish_profile(profiled);
         let result = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
         match result {
             Some(Ok(())) => {}

@@ -6,6 +6,7 @@ pub mod context;
 pub mod error;
 pub mod ops;
 pub mod pipelines;
+pub mod profile;
 pub mod shader;
 pub mod weights;
 

@@ -449,7 +449,8 @@ impl Ops {
         entries: &[(u32, &wgpu::Buffer)],
         groups: [u32; 3],
     ) -> Dispatch {
-        Dispatch::new(&self.ctx, pipe, entries, groups)
+        let label = self.pipelines.label(&pipe);
+        Dispatch::new(&self.ctx, label, pipe, entries, groups)
     }
 
     fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool) -> Defines {

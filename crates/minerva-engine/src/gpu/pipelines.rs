@@ -13,6 +13,8 @@ type Key = (String, Vec<(String, String)>, String);
 #[derive(Default)]
 pub struct Pipelines {
     cache: Mutex<HashMap<Key, Arc<wgpu::ComputePipeline>>>,
+    /// "file:entry" of each pipeline, by address, for profiles.
+    labels: Mutex<HashMap<usize, Arc<str>>>,
 }
 
 impl Pipelines {
@@ -24,6 +26,15 @@ impl Pipelines {
         entry: &str,
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         self.build(ctx, file, defs, &[], entry, true)
+    }
+
+    /// The "file:entry" name of a pipeline this cache built.
+    pub fn label(&self, pipeline: &Arc<wgpu::ComputePipeline>) -> Arc<str> {
+        let labels = self.labels.lock().unwrap_or_else(|p| p.into_inner());
+        labels
+            .get(&(Arc::as_ptr(pipeline) as usize))
+            .cloned()
+            .unwrap_or_else(|| Arc::from("kernel"))
     }
 
     /// Pipelines built so far.
@@ -131,12 +142,18 @@ impl Pipelines {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         // Two threads may have built the same pipeline: keep the first.
         let pipeline = cache.entry(key).or_insert(pipeline).clone();
+        self.labels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(Arc::as_ptr(&pipeline) as usize, Arc::from(label));
         Ok(pipeline)
     }
 }
 
 /// One recorded kernel launch.
 pub struct Dispatch {
+    /// The kernel's "file:entry", for profiles.
+    pub label: Arc<str>,
     pub pipeline: Arc<wgpu::ComputePipeline>,
     pub bind_group: wgpu::BindGroup,
     pub groups: [u32; 3],
@@ -146,6 +163,7 @@ impl Dispatch {
     /// Binds `entries` (binding index, buffer) to the pipeline's layout.
     pub fn new(
         ctx: &GpuContext,
+        label: Arc<str>,
         pipeline: Arc<wgpu::ComputePipeline>,
         entries: &[(u32, &wgpu::Buffer)],
         groups: [u32; 3],
@@ -164,6 +182,7 @@ impl Dispatch {
             entries: &entries,
         });
         Dispatch {
+            label,
             pipeline,
             bind_group,
             groups,
