@@ -30,7 +30,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (id < p.first_row || id >= p.first_row + p.rows) {
         return;
     }
-    let w = load_unit(id - p.first_row, u, p.cols);
+    var w = load_unit(id - p.first_row, u, p.cols);
     for (var k = 0u; k < 8u; k++) {
         for (var j = 0u; j < 4u; j++) {
             let c = u * 32u + 4u * k + j;

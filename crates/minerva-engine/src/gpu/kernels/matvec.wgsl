@@ -64,7 +64,8 @@ fn main(
     let units = select(0u, (p.cols + 31u) / 32u, live);
     var acc = 0.0;
     for (var u = t; u < units; u += TPR) {
-        let w = load_unit(w_row, u, p.cols);
+        // A `var`: indexing a `let` array with a loop index copies the whole array each time.
+        var w = load_unit(w_row, u, p.cols);
         let c0 = u * 32u;
         for (var k = 0u; k < 8u; k++) {
             let c = c0 + 4u * k;

@@ -43,7 +43,9 @@ fn xv4(c: u32) -> vec4<f32> {
     return v;
 }
 
-fn dot_unit(w: Unit, c0: u32) -> f32 {
+fn dot_unit(unit: Unit, c0: u32) -> f32 {
+    // A `var`: indexing a value array with a loop index copies the whole array each time.
+    var w = unit;
     var s = 0.0;
     for (var k = 0u; k < 8u; k++) {
         s += dot(w[k], xv4(c0 + 4u * k));
