@@ -169,7 +169,9 @@ impl Session {
     ) -> Result<Stats> {
         let start = Instant::now();
         let prefilled = self.prefill(&req.prompt)?;
-        let prefill_s = start.elapsed().as_secs_f64();
+        // A GPU backend only enqueues the prefill: its time is known once the first token's
+        // logits are read, so it is taken again then (as "prompt eval" is in other engines).
+        let mut prefill_s = start.elapsed().as_secs_f64();
         let mut sampler = Sampler::new(req.sampler.clone());
         let mut history = req.prompt.clone();
         let mut ttft_ms = 0.0;
@@ -194,7 +196,8 @@ impl Session {
             generated += 1;
             history.push(id);
             if generated == 1 {
-                ttft_ms = start.elapsed().as_secs_f64() * 1e3;
+                prefill_s = start.elapsed().as_secs_f64();
+                ttft_ms = prefill_s * 1e3;
                 decode_start = Instant::now();
             }
             emit(Event::Token {
