@@ -10,6 +10,13 @@ use std::sync::{Arc, Mutex};
 
 type Key = (String, Vec<(String, String)>, String);
 
+/// Runtime checks wgpu adds to the kernels: buffer bounds and integer division stay checked.
+const RUNTIME_CHECKS: wgpu::ShaderRuntimeChecks = {
+    let mut c = wgpu::ShaderRuntimeChecks::checked();
+    c.force_loop_bounding = false;
+    c
+};
+
 #[derive(Default)]
 pub struct Pipelines {
     cache: Mutex<HashMap<Key, Arc<wgpu::ComputePipeline>>>,
@@ -108,12 +115,18 @@ impl Pipelines {
         let label = format!("{file}:{entry}");
         // Ahead of use, errors go to a scope of this thread, not to the device's shared slot.
         let scope = (!checked).then(|| ctx.device.push_error_scope(wgpu::ErrorFilter::Validation));
-        let module = ctx
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&label),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(&label),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        };
+        // SAFETY: every loop of the kernels is bounded by a count from its parameters (no
+        // loop depends on data it computes), so wgpu's added loop counters — which keep the
+        // driver from unrolling the inner loops over a block's values — guard against nothing.
+        // Buffer bounds checks stay on.
+        let module = unsafe {
+            ctx.device
+                .create_shader_module_trusted(desc, RUNTIME_CHECKS)
+        };
         let pipeline = ctx
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
