@@ -36,7 +36,10 @@ pub enum DType {
     MXFP4,
     /// MLX affine pack: u32 words (values from the least significant bits), one scale and one
     /// bias per group along the row.
-    MlxAffine { bits: u8, group: u16 },
+    MlxAffine {
+        bits: u8,
+        group: u16,
+    },
     /// MLX mxfp4 pack: u32 words of E2M1 codes, one u8 E8M0 scale per group of 32.
     MlxMxfp4,
     /// gpt-oss Hugging Face checkpoint: `_blocks` [.., 16 bytes per 32 values, even element in
@@ -207,9 +210,15 @@ mod tests {
     #[test]
     fn names_and_row_bytes() {
         assert_eq!(DType::Q4_K.name(), "Q4_K");
-        assert_eq!(DType::MlxAffine { bits: 4, group: 64 }.name(), "mlx-affine-4-g64");
+        assert_eq!(
+            DType::MlxAffine { bits: 4, group: 64 }.name(),
+            "mlx-affine-4-g64"
+        );
         assert_eq!(DType::Q4_0.row_bytes(64), Some(36));
         assert_eq!(DType::Q4_0.row_bytes(33), None);
-        assert_eq!(DType::MlxAffine { bits: 3, group: 32 }.row_bytes(64), Some(24));
+        assert_eq!(
+            DType::MlxAffine { bits: 3, group: 32 }.row_bytes(64),
+            Some(24)
+        );
     }
 }

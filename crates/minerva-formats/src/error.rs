@@ -23,16 +23,28 @@ pub enum FormatError {
 
 impl FormatError {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        FormatError::Io { path: path.into(), source }
+        FormatError::Io {
+            path: path.into(),
+            source,
+        }
     }
     pub fn malformed(path: impl Into<PathBuf>, what: impl Into<String>) -> Self {
-        FormatError::Malformed { path: path.into(), what: what.into() }
+        FormatError::Malformed {
+            path: path.into(),
+            what: what.into(),
+        }
     }
     pub fn not_a_model(path: impl Into<PathBuf>, what: impl Into<String>) -> Self {
-        FormatError::NotAModel { path: path.into(), what: what.into() }
+        FormatError::NotAModel {
+            path: path.into(),
+            what: what.into(),
+        }
     }
     pub fn unsupported(path: impl Into<PathBuf>, what: impl Into<String>) -> Self {
-        FormatError::Unsupported { path: path.into(), what: what.into() }
+        FormatError::Unsupported {
+            path: path.into(),
+            what: what.into(),
+        }
     }
 }
 

@@ -9,7 +9,12 @@ pub enum TensorData<'a> {
     /// Elements or blocks, row-major, in the dtype's own layout.
     Plain(&'a [u8]),
     /// MLX affine: packed u32 words, and per-group scales and biases of `scale_dtype`.
-    MlxAffine { weight: &'a [u8], scales: &'a [u8], biases: &'a [u8], scale_dtype: DType },
+    MlxAffine {
+        weight: &'a [u8],
+        scales: &'a [u8],
+        biases: &'a [u8],
+        scale_dtype: DType,
+    },
     /// MLX mxfp4: packed u32 words and one u8 E8M0 scale per group of 32.
     MlxMxfp4 { weight: &'a [u8], scales: &'a [u8] },
     /// gpt-oss Hugging Face MXFP4: 16 bytes per 32 values, and one u8 E8M0 scale per 32 values.
@@ -54,9 +59,12 @@ impl<'a> TensorView<'a> {
     pub fn stored_bytes(&self) -> usize {
         match self.data {
             TensorData::Plain(b) => b.len(),
-            TensorData::MlxAffine { weight, scales, biases, .. } => {
-                weight.len() + scales.len() + biases.len()
-            }
+            TensorData::MlxAffine {
+                weight,
+                scales,
+                biases,
+                ..
+            } => weight.len() + scales.len() + biases.len(),
             TensorData::MlxMxfp4 { weight, scales } => weight.len() + scales.len(),
             TensorData::HfMxfp4 { blocks, scales } => blocks.len() + scales.len(),
         }

@@ -20,7 +20,11 @@ pub fn e8m0_to_f32(e: u8) -> f32 {
 /// gpt-oss Hugging Face layout: per block, 16 bytes where byte i holds element 2i in its low
 /// nibble and element 2i+1 in its high nibble; `scales` has one byte per block.
 pub fn dequant_hf_row(blocks: &[u8], scales: &[u8], out: &mut [f32]) {
-    for ((blk, &e), o) in blocks.chunks_exact(16).zip(scales).zip(out.chunks_exact_mut(32)) {
+    for ((blk, &e), o) in blocks
+        .chunks_exact(16)
+        .zip(scales)
+        .zip(out.chunks_exact_mut(32))
+    {
         let s = e8m0_to_f32(e);
         for (i, &b) in blk.iter().enumerate() {
             o[2 * i] = E2M1[(b & 0x0F) as usize] * s;

@@ -53,8 +53,15 @@ pub enum RopeStyle {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum RopeScaling {
     None,
-    Linear { factor: f32 },
-    Llama3 { factor: f32, low_freq_factor: f32, high_freq_factor: f32, original_max_position: usize },
+    Linear {
+        factor: f32,
+    },
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position: usize,
+    },
     Yarn {
         factor: f32,
         original_max_position: usize,
@@ -158,7 +165,11 @@ impl ModelSpec {
 /// Builds the spec of an opened checkpoint from its config.json or GGUF metadata.
 pub fn from_checkpoint(ckpt: &Checkpoint) -> Result<ModelSpec> {
     match ckpt.format {
-        Format::Gguf => gguf::from_metadata(&ckpt.metadata, &|name| ckpt.contains(name), ckpt.main_path()),
+        Format::Gguf => gguf::from_metadata(
+            &ckpt.metadata,
+            &|name| ckpt.contains(name),
+            ckpt.main_path(),
+        ),
         Format::Safetensors | Format::Mlx => {
             let config = ckpt.config.as_ref().ok_or_else(|| {
                 crate::error::FormatError::not_a_model(&ckpt.dir, "config.json is missing")
