@@ -380,13 +380,17 @@ fn layer_window(spec: &ModelSpec, l: usize) -> Option<usize> {
 /// The relations between sizes the ops rely on (the weight shapes, checked against the file
 /// when they are mapped, bound the sizes themselves).
 fn check_spec(s: &ModelSpec) -> std::result::Result<(), String> {
-    if s.n_heads == 0 || s.n_kv_heads == 0 || s.n_heads % s.n_kv_heads != 0 {
+    if s.n_heads == 0 || s.n_kv_heads == 0 || !s.n_heads.is_multiple_of(s.n_kv_heads) {
         return Err(format!(
             "{} attention heads cannot share {} KV heads",
             s.n_heads, s.n_kv_heads
         ));
     }
-    if s.head_dim == 0 || s.rope.dim == 0 || s.rope.dim % 2 != 0 || s.rope.dim > s.head_dim {
+    if s.head_dim == 0
+        || s.rope.dim == 0
+        || !s.rope.dim.is_multiple_of(2)
+        || s.rope.dim > s.head_dim
+    {
         return Err(format!(
             "RoPE over {} of {} head dimensions",
             s.rope.dim, s.head_dim

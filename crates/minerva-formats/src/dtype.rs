@@ -99,7 +99,7 @@ impl DType {
     /// number of blocks.
     pub fn row_bytes(&self, n: usize) -> Option<usize> {
         let b = self.block_elems();
-        if n % b != 0 {
+        if !n.is_multiple_of(b) {
             return None;
         }
         (n / b).checked_mul(self.block_bytes())

@@ -726,7 +726,7 @@ impl Backend for GpuBackend {
         if rope.head_dim == 0
             || cols % rope.head_dim != 0
             || rope.dim > rope.head_dim
-            || rope.dim % 2 != 0
+            || !rope.dim.is_multiple_of(2)
         {
             return Err(bad(format!(
                 "rope: heads of {} in rows of {cols}, {} rotated",
@@ -797,8 +797,8 @@ impl Backend for GpuBackend {
         let qd = p.n_heads * p.head_dim;
         let kd = p.n_kv_heads * p.head_dim;
         if p.n_kv_heads == 0
-            || p.n_heads % p.n_kv_heads != 0
-            || p.head_dim % 2 != 0
+            || !p.n_heads.is_multiple_of(p.n_kv_heads)
+            || !p.head_dim.is_multiple_of(2)
             || p.head_dim > 512
         {
             return Err(bad(format!(

@@ -463,7 +463,7 @@ impl Ops {
                 ("RPW", format!("{MATVEC_RPW}u")),
             ],
         );
-        if caps.subgroups && caps.subgroup_max <= tpr && tpr % caps.subgroup_max == 0 {
+        if caps.subgroups && caps.subgroup_max <= tpr && tpr.is_multiple_of(caps.subgroup_max) {
             d.insert("SUBGROUPS".into(), String::new());
         }
         if experts {

@@ -37,7 +37,7 @@ fn components<'a>(view: &TensorView<'a>) -> GpuResult<Components<'a>> {
     };
     let dtype = view.dtype;
     let whole = |n: usize, unit: usize, what: &str| -> GpuResult<usize> {
-        if n % unit != 0 {
+        if !n.is_multiple_of(unit) {
             return Err(bad(format!(
                 "{what}: row of {n} values is not a whole number of {unit}-value groups"
             )));

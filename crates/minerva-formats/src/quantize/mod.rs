@@ -52,14 +52,14 @@ pub fn row_buffer_bytes(dtype: DType, row_len: usize) -> Option<Vec<usize>> {
     Some(match dtype {
         DType::MlxAffine { bits, group } => {
             let g = group as usize;
-            if row_len % g != 0 || (row_len * bits as usize) % 32 != 0 {
+            if !row_len.is_multiple_of(g) || !(row_len * bits as usize).is_multiple_of(32) {
                 return None;
             }
             let s = row_len / g * MLX_SCALE_DTYPE.block_bytes();
             vec![row_len * bits as usize / 8, s, s]
         }
         DType::MlxMxfp4 | DType::HfMxfp4 => {
-            if row_len % 32 != 0 {
+            if !row_len.is_multiple_of(32) {
                 return None;
             }
             vec![row_len / 2, row_len / 32]

@@ -292,7 +292,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                 let shape = v.shape.clone();
                 let permute =
                     names::gguf_permutes_qk(arch) && matches!(id.role, Role::AttnQ | Role::AttnK);
-                if permute && hd % 2 == 0 && shape.first().is_some_and(|&r| r % hd == 0) {
+                if permute && hd.is_multiple_of(2) && shape.first().is_some_and(|&r| r % hd == 0) {
                     let row_len = *shape.last().unwrap_or(&1);
                     let vv = v.clone();
                     let rows: SharedRows = if id.bias {
