@@ -207,7 +207,8 @@ impl GpuContext {
     pub fn storage(&self, label: &str, bytes: u64) -> wgpu::Buffer {
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            size: bytes.div_ceil(4).max(1) * 4,
+            // Whole vec4s, so kernels may read any buffer as an array of vec4.
+            size: bytes.div_ceil(16).max(1) * 16,
             usage: wgpu::BufferUsages::STORAGE
                 | wgpu::BufferUsages::COPY_SRC
                 | wgpu::BufferUsages::COPY_DST,

@@ -25,7 +25,9 @@ struct Params {
     _pad: u32,
 }
 
-@group(0) @binding(3) var<storage, read> x: array<f32>;
+// x as vec4s: one load per four values (the lanes of a row read 32 values apart, so each load
+// instruction touches as many cache lines as lanes; fewer, wider loads cost less).
+@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<uniform> p: Params;
 #ifdef MOE
@@ -34,6 +36,10 @@ struct Params {
 #ifdef BIAS
 @group(0) @binding(7) var<storage, read> bias: array<f32>;
 #endif
+
+fn x_at(i: u32) -> f32 {
+    return x[i >> 2u][i & 3u];
+}
 
 const TPR: u32 = WG / RPW;
 var<workgroup> partial: array<f32, WG>;
@@ -70,11 +76,12 @@ fn main(
         for (var k = 0u; k < 8u; k++) {
             let c = c0 + 4u * k;
             var xv: vec4<f32>;
-            if (c + 4u <= p.cols) {
-                xv = vec4<f32>(x[xb + c], x[xb + c + 1u], x[xb + c + 2u], x[xb + c + 3u]);
+            let i = xb + c;
+            if (c + 4u <= p.cols && (i & 3u) == 0u) {
+                xv = x[i >> 2u];
             } else {
                 for (var j = 0u; j < 4u; j++) {
-                    xv[j] = select(0.0, x[min(xb + c + j, xb + p.cols - 1u)], c + j < p.cols);
+                    xv[j] = select(0.0, x_at(min(i + j, xb + p.cols - 1u)), c + j < p.cols);
                 }
             }
             acc += dot(w[k], xv);

@@ -16,7 +16,8 @@ struct Params {
     limit: f32,
 }
 
-@group(0) @binding(30) var<storage, read> x: array<f32>;
+// x as vec4s: one load per four values (see matvec.wgsl).
+@group(0) @binding(30) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(31) var<storage, read_write> y0: array<f32>;
 #ifdef SPLIT
 @group(0) @binding(32) var<storage, read_write> y1: array<f32>;
@@ -31,13 +32,13 @@ var<workgroup> partial: array<f32, WG>;
 
 fn xv4(c: u32) -> vec4<f32> {
     let b = p.x_offset + c;
-    if (c + 4u <= p.cols) {
-        return vec4<f32>(x[b], x[b + 1u], x[b + 2u], x[b + 3u]);
+    if (c + 4u <= p.cols && (b & 3u) == 0u) {
+        return x[b >> 2u];
     }
     var v = vec4<f32>(0.0);
     for (var j = 0u; j < 4u; j++) {
         if (c + j < p.cols) {
-            v[j] = x[b + j];
+            v[j] = x[(b + j) >> 2u][(b + j) & 3u];
         }
     }
     return v;
