@@ -332,6 +332,9 @@ fn every_dtype_matches_the_cpu() {
     for (dtype, cols) in all_dtypes() {
         let s = make(dtype, 45, cols, &mut rng);
         check_stored(ctx.clone(), &s, Some(1));
+        // Rows longer than one staged chunk of x (64 units of 32 values).
+        let long = make(dtype, 5, cols * (2048 / cols + 1) + cols, &mut rng);
+        check_stored(ctx.clone(), &long, Some(1));
     }
 }
 
@@ -640,70 +643,72 @@ fn fused_products_over_several_weights() {
     let Some(ctx) = shared() else { return };
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(6);
-    let cols = 96;
-    let stored = [
-        make(DType::Q4_0, 45, cols, &mut rng),
-        make(DType::Q8_0, 13, cols, &mut rng),
-        make(DType::F16, 7, cols, &mut rng),
-        make(DType::MlxAffine { bits: 4, group: 32 }, 45, cols, &mut rng),
-    ];
-    let refs: Vec<Vec<f32>> = stored.iter().map(|s| s.reference().unwrap()).collect();
-    let ws: Vec<GpuWeight> = stored
-        .iter()
-        .map(|s| GpuWeight::upload(&ctx, &s.view(vec![s.rows, cols]), 1).unwrap())
-        .collect();
-    let x = rng.vec(cols + 3);
-    let xb = ctx.storage_with("x", &x);
-    let xr = Region::new(&xb, 3, 0);
-    let products = |i: usize| cpu_matmul(&refs[i], &x[3..], stored[i].rows, cols, 1);
+    // 2336 values are 73 units: more than one staged chunk of x (64 units).
+    for cols in [96usize, 2336] {
+        let stored = [
+            make(DType::Q4_0, 45, cols, &mut rng),
+            make(DType::Q8_0, 13, cols, &mut rng),
+            make(DType::F16, 7, cols, &mut rng),
+            make(DType::MlxAffine { bits: 4, group: 32 }, 45, cols, &mut rng),
+        ];
+        let refs: Vec<Vec<f32>> = stored.iter().map(|s| s.reference().unwrap()).collect();
+        let ws: Vec<GpuWeight> = stored
+            .iter()
+            .map(|s| GpuWeight::upload(&ctx, &s.view(vec![s.rows, cols]), 1).unwrap())
+            .collect();
+        let x = rng.vec(cols + 3);
+        let xb = ctx.storage_with("x", &x);
+        let xr = Region::new(&xb, 3, 0);
+        let products = |i: usize| cpu_matmul(&refs[i], &x[3..], stored[i].rows, cols, 1);
 
-    let outs: Vec<wgpu::Buffer> = (0..3)
-        .map(|i| ctx.storage("y", (stored[i].rows * 4) as u64))
-        .collect();
-    let d = ops
-        .matvec_multi(
-            &[&ws[0], &ws[1], &ws[2]],
-            xr,
-            &[&outs[0], &outs[1], &outs[2]],
-            Multi::Split,
-        )
-        .unwrap();
-    ctx.submit(&[&d]).unwrap();
-    for i in 0..3 {
-        let (want, mag) = products(i);
-        let got = ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap();
-        assert_dots_close(&format!("split output {i}"), &got, &want, &mag, 2e-5);
-    }
-
-    let (g, gmag) = products(0);
-    let (u, umag) = products(3);
-    for op in [
-        Eltwise::SwiGlu,
-        Eltwise::GluOss {
-            alpha: 1.702,
-            limit: 7.0,
-        },
-    ] {
-        let yb = ctx.storage("act", (45 * 4) as u64);
+        let outs: Vec<wgpu::Buffer> = (0..3)
+            .map(|i| ctx.storage("y", (stored[i].rows * 4) as u64))
+            .collect();
         let d = ops
-            .matvec_multi(&[&ws[0], &ws[3]], xr, &[&yb], Multi::Glu(op))
+            .matvec_multi(
+                &[&ws[0], &ws[1], &ws[2]],
+                xr,
+                &[&outs[0], &outs[1], &outs[2]],
+                Multi::Split,
+            )
             .unwrap();
         ctx.submit(&[&d]).unwrap();
-        let got = ctx.read_f32(&yb, 0, 45).unwrap();
-        for r in 0..45 {
-            let want = match op {
-                Eltwise::SwiGlu => g[r] / (1.0 + (-g[r]).exp()) * u[r],
-                _ => {
-                    let gc = g[r].min(7.0);
-                    (u[r].clamp(-7.0, 7.0) + 1.0) * gc / (1.0 + (-1.702 * gc).exp())
-                }
-            };
-            let tol = 1e-4 * (1.0 + gmag[r]) * (1.0 + umag[r]);
-            assert!(
-                (got[r] - want).abs() <= tol,
-                "{op:?} row {r}: {} vs {want}",
-                got[r]
-            );
+        for i in 0..3 {
+            let (want, mag) = products(i);
+            let got = ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap();
+            assert_dots_close(&format!("split output {i}"), &got, &want, &mag, 2e-5);
+        }
+
+        let (g, gmag) = products(0);
+        let (u, umag) = products(3);
+        for op in [
+            Eltwise::SwiGlu,
+            Eltwise::GluOss {
+                alpha: 1.702,
+                limit: 7.0,
+            },
+        ] {
+            let yb = ctx.storage("act", (45 * 4) as u64);
+            let d = ops
+                .matvec_multi(&[&ws[0], &ws[3]], xr, &[&yb], Multi::Glu(op))
+                .unwrap();
+            ctx.submit(&[&d]).unwrap();
+            let got = ctx.read_f32(&yb, 0, 45).unwrap();
+            for r in 0..45 {
+                let want = match op {
+                    Eltwise::SwiGlu => g[r] / (1.0 + (-g[r]).exp()) * u[r],
+                    _ => {
+                        let gc = g[r].min(7.0);
+                        (u[r].clamp(-7.0, 7.0) + 1.0) * gc / (1.0 + (-1.702 * gc).exp())
+                    }
+                };
+                let tol = 1e-4 * (1.0 + gmag[r]) * (1.0 + umag[r]);
+                assert!(
+                    (got[r] - want).abs() <= tol,
+                    "{op:?} row {r}: {} vs {want}",
+                    got[r]
+                );
+            }
         }
     }
 }

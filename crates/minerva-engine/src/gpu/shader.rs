@@ -20,6 +20,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("blocks_mx.wgsl", include_str!("kernels/blocks_mx.wgsl")),
     ("blocks_mlx.wgsl", include_str!("kernels/blocks_mlx.wgsl")),
     ("matvec.wgsl", include_str!("kernels/matvec.wgsl")),
+    ("xstage.wgsl", include_str!("kernels/xstage.wgsl")),
     ("matmul.wgsl", include_str!("kernels/matmul.wgsl")),
     ("embed.wgsl", include_str!("kernels/embed.wgsl")),
     ("norm.wgsl", include_str!("kernels/norm.wgsl")),

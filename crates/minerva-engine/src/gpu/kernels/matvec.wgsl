@@ -5,6 +5,7 @@
 // the weight (a tensor split across bindings) does nothing.
 #include "common.wgsl"
 #include DECODER
+#include "xstage.wgsl"
 
 struct Params {
     rows: u32,          // outputs of this dispatch
@@ -25,8 +26,7 @@ struct Params {
     _pad: u32,
 }
 
-// x as vec4s: one load per four values (the lanes of a row read 32 values apart, so each load
-// instruction touches as many cache lines as lanes; fewer, wider loads cost less).
+// x as vec4s, staged through workgroup memory (xstage.wgsl).
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<uniform> p: Params;
@@ -37,8 +37,18 @@ struct Params {
 @group(0) @binding(7) var<storage, read> bias: array<f32>;
 #endif
 
-fn x_at(i: u32) -> f32 {
-    return x[i >> 2u][i & 3u];
+fn x_vec4(xb: u32, c: u32) -> vec4<f32> {
+    let i = xb + c;
+    if (c + 4u <= p.cols && (i & 3u) == 0u) {
+        return x[i >> 2u];
+    }
+    var v = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) {
+        if (c + j < p.cols) {
+            v[j] = x[(i + j) >> 2u][(i + j) & 3u];
+        }
+    }
+    return v;
 }
 
 const TPR: u32 = WG / RPW;
@@ -67,24 +77,16 @@ fn main(
     b_row += e * p.bias_stride;
 #endif
     let xb = p.x_offset + (z / p.x_div) * p.x_stride;
-    let units = select(0u, (p.cols + 31u) / 32u, live);
+    let units = (p.cols + 31u) / 32u;
     var acc = 0.0;
-    for (var u = t; u < units; u += TPR) {
-        // A `var`: indexing a `let` array with a loop index copies the whole array each time.
-        var w = load_unit(w_row, u, p.cols);
-        let c0 = u * 32u;
-        for (var k = 0u; k < 8u; k++) {
-            let c = c0 + 4u * k;
-            var xv: vec4<f32>;
-            let i = xb + c;
-            if (c + 4u <= p.cols && (i & 3u) == 0u) {
-                xv = x[i >> 2u];
-            } else {
-                for (var j = 0u; j < 4u; j++) {
-                    xv[j] = select(0.0, x_at(min(i + j, xb + p.cols - 1u)), c + j < p.cols);
-                }
+    for (var base = 0u; base < units; base += CHUNK_UNITS) {
+        stage_x(xb, base, lid);
+        let end = select(base, min(base + CHUNK_UNITS, units), live);
+        for (var u = base + t; u < end; u += TPR) {
+            var w = load_unit(w_row, u, p.cols);
+            for (var k = 0u; k < 8u; k++) {
+                acc += dot(w[k], staged(u - base, k));
             }
-            acc += dot(w[k], xv);
         }
     }
 #ifdef SUBGROUPS

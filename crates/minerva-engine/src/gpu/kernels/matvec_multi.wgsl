@@ -16,7 +16,7 @@ struct Params {
     limit: f32,
 }
 
-// x as vec4s: one load per four values (see matvec.wgsl).
+// x as vec4s, staged through workgroup memory (xstage.wgsl).
 @group(0) @binding(30) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(31) var<storage, read_write> y0: array<f32>;
 #ifdef SPLIT
@@ -27,11 +27,13 @@ struct Params {
 #endif
 @group(0) @binding(34) var<uniform> p: Params;
 
+#include "xstage.wgsl"
+
 const TPR: u32 = WG / RPW;
 var<workgroup> partial: array<f32, WG>;
 
-fn xv4(c: u32) -> vec4<f32> {
-    let b = p.x_offset + c;
+fn x_vec4(xb: u32, c: u32) -> vec4<f32> {
+    let b = xb + c;
     if (c + 4u <= p.cols && (b & 3u) == 0u) {
         return x[b >> 2u];
     }
@@ -44,12 +46,13 @@ fn xv4(c: u32) -> vec4<f32> {
     return v;
 }
 
-fn dot_unit(unit: Unit, c0: u32) -> f32 {
+// One unit of a weight row against staged unit `lu` of x.
+fn dot_unit(unit: Unit, lu: u32) -> f32 {
     // A `var`: indexing a value array with a loop index copies the whole array each time.
     var w = unit;
     var s = 0.0;
     for (var k = 0u; k < 8u; k++) {
-        s += dot(w[k], xv4(c0 + 4u * k));
+        s += dot(w[k], staged(lu, k));
     }
     return s;
 }
@@ -79,9 +82,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let live = row < p.rows0;
     var g = 0.0;
     var u = 0.0;
-    for (var i = t; i < select(0u, units, live); i += TPR) {
-        g += dot_unit(load_unit_0(row, i, p.cols), i * 32u);
-        u += dot_unit(load_unit_1(row, i, p.cols), i * 32u);
+    for (var base = 0u; base < units; base += CHUNK_UNITS) {
+        stage_x(p.x_offset, base, lid);
+        let end = select(base, min(base + CHUNK_UNITS, units), live);
+        for (var i = base + t; i < end; i += TPR) {
+            g += dot_unit(load_unit_0(row, i, p.cols), i - base);
+            u += dot_unit(load_unit_1(row, i, p.cols), i - base);
+        }
     }
     let gs = row_sum(g, lid);
     let us = row_sum(u, lid);
@@ -98,15 +105,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let total_rows = p.rows0 + p.rows1 + p.rows2;
     let live = row < total_rows;
     var acc = 0.0;
-    for (var i = t; i < select(0u, units, live); i += TPR) {
-        if (row < p.rows0) {
-            acc += dot_unit(load_unit_0(row, i, p.cols), i * 32u);
-        } else if (row < p.rows0 + p.rows1) {
-            acc += dot_unit(load_unit_1(row - p.rows0, i, p.cols), i * 32u);
-        } else {
+    for (var base = 0u; base < units; base += CHUNK_UNITS) {
+        stage_x(p.x_offset, base, lid);
+        let end = select(base, min(base + CHUNK_UNITS, units), live);
+        for (var i = base + t; i < end; i += TPR) {
+            if (row < p.rows0) {
+                acc += dot_unit(load_unit_0(row, i, p.cols), i - base);
+            } else if (row < p.rows0 + p.rows1) {
+                acc += dot_unit(load_unit_1(row - p.rows0, i, p.cols), i - base);
+            } else {
 #ifdef THREE
-            acc += dot_unit(load_unit_2(row - p.rows0 - p.rows1, i, p.cols), i * 32u);
+                acc += dot_unit(load_unit_2(row - p.rows0 - p.rows1, i, p.cols), i - base);
 #endif
+            }
         }
     }
     let s = row_sum(acc, lid);
