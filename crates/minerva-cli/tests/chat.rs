@@ -1,6 +1,7 @@
-//! `minerva chat` end to end: two turns from stdin; the second reuses the first's cache.
+//! `minerva chat` end to end: two turns from stdin (the second reuses the first's cache), and
+//! Ctrl-C at the prompt ending the chat.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -50,4 +51,35 @@ fn two_turns_reuse_the_cache() {
     );
     // One prompt per turn, and one more before end of input.
     assert!(String::from_utf8_lossy(&out.stdout).matches("> ").count() >= 3);
+}
+
+#[test]
+fn ctrl_c_at_the_prompt_ends_the_chat() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_minerva"))
+        .arg("chat")
+        .arg(Path::new(FIXTURES).join("qwen3/f32"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the first prompt, so that the handler is installed and no reply is streaming.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with(b"> ") {
+        assert_eq!(
+            stdout.read(&mut byte).unwrap(),
+            1,
+            "chat ended before its prompt"
+        );
+        seen.push(byte[0]);
+    }
+    // Held open until the end: `wait` would close it, and end-of-input also ends the chat.
+    let _stdin = child.stdin.take().unwrap();
+    let pid = child.id().to_string();
+    let kill = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
 }

@@ -8,6 +8,29 @@ use minerva_engine::{BackendKind, Event, Request, SamplerConfig, Session};
 use minerva_text::{Message, OutputPiece};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The cancel flag of the reply being streamed, if one is.
+type Streaming = Arc<Mutex<Option<Arc<AtomicBool>>>>;
+
+/// Ctrl-C stops the reply being streamed (the conversation goes on with what was said); at the
+/// prompt it ends the chat, with the shell's status for an interrupt.
+fn handle_ctrl_c() -> Result<Streaming, String> {
+    let streaming: Streaming = Arc::default();
+    let current = streaming.clone();
+    ctrlc::set_handler(
+        move || match current.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(cancel) => cancel.store(true, Ordering::Relaxed),
+            None => {
+                println!();
+                std::process::exit(130);
+            }
+        },
+    )
+    .map_err(|e| format!("cannot watch for Ctrl-C: {e}"))?;
+    Ok(streaming)
+}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -40,11 +63,12 @@ pub fn run(args: Args) -> Result<(), String> {
     let p = prepare(&loaded)?;
     let ctx = args.ctx.unwrap_or_else(|| default_ctx(&loaded.model.spec));
     eprintln!(
-        "loaded {} in {:.0} ms on {}; context {ctx}; empty line or Ctrl-D ends",
+        "loaded {} in {:.0} ms on {}; context {ctx}; Ctrl-C stops a reply; empty line, Ctrl-D or Ctrl-C ends",
         args.model.display(),
         loaded.load_ms,
         loaded.model.backend_name()
     );
+    let streaming = handle_ctrl_c()?;
     let handle = Session::new(loaded.model, ctx, loaded.load_ms)
         .map_err(|e| e.to_string())?
         .spawn();
@@ -87,8 +111,9 @@ pub fn run(args: Args) -> Result<(), String> {
             stop: p.stop.clone(),
         };
         // Special tokens stay in the text: the splitter reads harmony channels from them.
-        let (mut events, _cancel) =
+        let (mut events, cancel) =
             handle.generate(req, Box::new(TextStream::new(p.tokenizer.clone(), false)));
+        *streaming.lock().unwrap_or_else(|p| p.into_inner()) = Some(cancel);
         let mut splitter = p.builder.output_splitter();
         let mut answer = String::new();
         let print = |pieces: Vec<OutputPiece>, answer: &mut String| {
@@ -111,6 +136,7 @@ pub fn run(args: Args) -> Result<(), String> {
                     print(splitter.push(&text), &mut answer)
                 }
                 Some(Event::Done { stats }) => {
+                    *streaming.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     print(splitter.finish(), &mut answer);
                     println!();
                     eprintln!(
