@@ -1100,9 +1100,8 @@ impl Ops {
             k,
             tokens,
             renorm: renorm as u32,
-            n: 0,
             logits_offset: offset,
-            _pad: [0; 2],
+            ..Zeroable::zeroed()
         };
         let ub = self.ctx.uniform("route params", &params);
         Ok(self.dispatch(
@@ -1127,10 +1126,7 @@ impl Ops {
             experts,
             k,
             tokens,
-            renorm: 0,
-            n: 0,
-            logits_offset: 0,
-            _pad: [0; 2],
+            ..Zeroable::zeroed()
         };
         let ub = self.ctx.uniform("scatter params", &params);
         Ok(self.dispatch(
@@ -1152,13 +1148,10 @@ impl Ops {
     ) -> GpuResult<Dispatch> {
         let pipe = self.pipeline("moe.wgsl", &Defines::new(), "combine")?;
         let params = MoeParams {
-            experts: 0,
             k,
             tokens,
-            renorm: 0,
             n,
-            logits_offset: 0,
-            _pad: [0; 2],
+            ..Zeroable::zeroed()
         };
         let ub = self.ctx.uniform("combine params", &params);
         Ok(self.dispatch(
