@@ -40,6 +40,7 @@ pub struct GpuContext {
     dispatches: AtomicU64,
     weight_bytes: AtomicU64,
     profiler: Option<super::profile::Profiler>,
+    timer: Option<super::profile::StepTimer>,
 }
 
 fn rank(t: wgpu::DeviceType) -> u8 {
@@ -141,6 +142,7 @@ impl GpuContext {
             dispatches: AtomicU64::new(0),
             weight_bytes: AtomicU64::new(0),
             profiler,
+            timer: super::profile::StepTimer::from_env(),
         })
     }
 
@@ -314,13 +316,16 @@ impl GpuContext {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("step + read back"),
             });
+        let started = std::time::Instant::now();
         let profiled = self.record_step(&mut enc, dispatches);
         let mut at = 0;
         for ((buf, offset, _), size) in reads.iter().zip(&padded) {
             enc.copy_buffer_to_buffer(buf, *offset, &staging, at, *size);
             at += size;
         }
+        let recorded = std::time::Instant::now();
         self.queue.submit([enc.finish()]);
+        let submitted = std::time::Instant::now();
         self.submits.fetch_add(1, Ordering::Relaxed);
         self.dispatches
             .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
@@ -332,6 +337,14 @@ impl GpuContext {
             *s.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         });
         self.wait()?;
+        if let Some(t) = &self.timer {
+            t.add(
+                dispatches.len(),
+                recorded - started,
+                submitted - recorded,
+                submitted.elapsed(),
+            );
+        }
         self.finish_profile(profiled);
         let result = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
         match result {

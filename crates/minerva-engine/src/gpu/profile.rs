@@ -1,11 +1,13 @@
-//! Per-kernel GPU time, for finding where a step's time goes: with `MINERVA_GPU_PROFILE=1` each
-//! dispatch runs in its own compute pass bracketed by timestamp queries, and the totals per
-//! kernel (and grid) are printed to stderr when the device is dropped. Profiling adds a pass per
-//! dispatch and a wait per submit, so it is off unless asked for.
+//! Where a step's time goes. With `MINERVA_GPU_PROFILE=1` each dispatch runs in its own compute
+//! pass bracketed by timestamp queries, and the totals per kernel (and grid) are printed to
+//! stderr when the device is dropped; profiling adds a pass per dispatch and a wait per submit,
+//! so it is off unless asked for. With `MINERVA_GPU_TIMING=1` steps run as usual and the host's
+//! side of each read-back step (recording, submit, waiting) is timed instead.
 
 use super::pipelines::Dispatch;
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// Timestamp pairs one query set holds (wgpu allows 4096 queries per set).
 const MAX_TIMED: usize = 2048;
@@ -125,6 +127,61 @@ impl Drop for Profiler {
                 n,
                 ns / 1e3 / *n as f64,
                 100.0 * ns / all.max(1.0)
+            );
+        }
+    }
+}
+
+/// Host-side durations of the steps that end in a read back (`MINERVA_GPU_TIMING=1`).
+pub struct StepTimer {
+    /// (dispatches, record, submit, wait) per step.
+    steps: Mutex<Vec<(usize, Duration, Duration, Duration)>>,
+}
+
+impl StepTimer {
+    pub fn from_env() -> Option<StepTimer> {
+        let asked = std::env::var("MINERVA_GPU_TIMING").is_ok_and(|v| !v.is_empty() && v != "0");
+        asked.then(|| StepTimer {
+            steps: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn add(&self, dispatches: usize, record: Duration, submit: Duration, wait: Duration) {
+        let mut steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
+        steps.push((dispatches, record, submit, wait));
+    }
+}
+
+impl Drop for StepTimer {
+    fn drop(&mut self) {
+        let steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
+        // Group by dispatch count: decode steps share one count, prefill chunks another.
+        let mut counts: Vec<usize> = steps.iter().map(|s| s.0).collect();
+        counts.sort_unstable();
+        counts.dedup();
+        eprintln!("GPU step timing (host side, medians):");
+        eprintln!(
+            "{:>10} {:>6} {:>10} {:>10} {:>10}",
+            "dispatches", "steps", "record µs", "submit µs", "wait µs"
+        );
+        for n in counts {
+            let of = |f: fn(&(usize, Duration, Duration, Duration)) -> Duration| {
+                let mut v: Vec<f64> = steps
+                    .iter()
+                    .filter(|s| s.0 == n)
+                    .map(|s| f(s).as_secs_f64() * 1e6)
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let steps_n = steps.iter().filter(|s| s.0 == n).count();
+            eprintln!(
+                "{:>10} {:>6} {:>10.1} {:>10.1} {:>10.1}",
+                n,
+                steps_n,
+                of(|s| s.1),
+                of(|s| s.2),
+                of(|s| s.3)
             );
         }
     }
