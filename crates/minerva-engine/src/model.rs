@@ -333,9 +333,15 @@ impl Model {
     /// Logits of the last row of the step just run.
     fn last_row_logits(&mut self, n: usize) -> Result<()> {
         let (b, s, w) = (self.backend.as_mut(), &self.s, &self.weights);
-        b.copy_rows(s.x, n - 1, s.last, 0, 1)?;
+        // A one-row step's last row is x itself.
+        let last = if n == 1 {
+            s.x
+        } else {
+            b.copy_rows(s.x, n - 1, s.last, 0, 1)?;
+            s.last
+        };
         b.rms_norm(
-            s.last,
+            last,
             w.output_norm,
             s.last_norm,
             1,

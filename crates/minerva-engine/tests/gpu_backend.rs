@@ -1,8 +1,10 @@
 //! The GPU backend as the transformer drives it: weights take their stored size on the GPU, and
-//! a decode step (one token in, its greedy id out) is one submit.
+//! a decode step (one token in, its greedy id out) waits once, its work submitted in the pieces
+//! `submit_sizes` plans.
 
 mod gpu_common;
 
+use minerva_engine::gpu::context::submit_sizes;
 use minerva_engine::gpu::{GpuBackend, GpuError, GpuOptions};
 use minerva_engine::Model;
 use minerva_formats::Checkpoint;
@@ -21,7 +23,7 @@ fn backend() -> Option<GpuBackend> {
 }
 
 #[test]
-fn weights_keep_their_size_and_decode_is_one_submit_per_token() {
+fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
     for fixture in [
         "llama/gguf-q4_0/llama-Q4_0.gguf",
         "gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf",
@@ -49,15 +51,26 @@ fn weights_keep_their_size_and_decode_is_one_submit_per_token() {
             let (before, launches) = (ctx.submits(), ctx.dispatches());
             model.prefill(&mut cache, &[next]).unwrap();
             next = model.argmax().unwrap();
+            let launches = ctx.dispatches() - launches;
+            // One wait per step; the step's dispatches go in the pieces `submit_sizes` plans.
             assert_eq!(
                 ctx.submits() - before,
-                1,
-                "{fixture}: submits in one decode step"
+                submit_sizes(launches as usize).len() as u64,
+                "{fixture}: submits in one decode step of {launches} dispatches"
             );
-            eprintln!(
-                "{fixture}: {} dispatches in one decode step",
-                ctx.dispatches() - launches
-            );
+            eprintln!("{fixture}: {launches} dispatches in one decode step");
         }
+    }
+}
+
+#[test]
+fn submit_pieces_start_small_and_cover_every_dispatch() {
+    assert_eq!(submit_sizes(0), vec![0]);
+    assert_eq!(submit_sizes(10), vec![10]);
+    assert_eq!(submit_sizes(226), vec![16, 32, 64, 64, 50]);
+    for n in 1..500 {
+        let sizes = submit_sizes(n);
+        assert_eq!(sizes.iter().sum::<usize>(), n);
+        assert!(sizes.iter().all(|&s| (1..=64).contains(&s)));
     }
 }

@@ -6,7 +6,7 @@ mod gpu_common;
 
 use gpu_common::*;
 use minerva_engine::gpu::{
-    Bias, Eltwise, ExpertSel, GpuContext, GpuWeight, MatSel, Multi, Ops, Region,
+    Bias, Eltwise, ExpertSel, Folds, GpuContext, GpuWeight, MatSel, Multi, NormFold, Ops, Region,
 };
 use minerva_formats::{dequantize_rows, DType, TensorData, TensorView};
 use std::sync::Arc;
@@ -272,6 +272,7 @@ fn check_weight(ctx: Arc<GpuContext>, view: &TensorView, w_ref: &[f32], want_par
             batch as u32,
             None,
             None,
+            Folds::default(),
         )
         .unwrap();
     ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
@@ -451,6 +452,7 @@ fn expert_matvec_reads_expert_ids_from_the_gpu() {
                 4,
                 Some(bias_sel),
                 Some(sel),
+                Folds::default(),
             )
             .unwrap();
         ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
@@ -522,7 +524,16 @@ fn strided_views_and_input_major_weights() {
             let yb = ctx.storage("y", (2 * sel.out_dim * 4) as u64);
             let y = Region::new(&yb, 0, sel.out_dim as u32);
             let mv = ops
-                .matvec(&w, &sel, Region::new(&xb, 0, cols as u32), y, 2, None, None)
+                .matvec(
+                    &w,
+                    &sel,
+                    Region::new(&xb, 0, cols as u32),
+                    y,
+                    2,
+                    None,
+                    None,
+                    Folds::default(),
+                )
                 .unwrap();
             ctx.submit(&mv.iter().collect::<Vec<_>>()).unwrap();
             assert_dots_close(
@@ -581,7 +592,16 @@ fn strided_views_and_input_major_weights() {
     let yb = ctx.storage("y", (2 * sel.out_dim * 4) as u64);
     let y = Region::new(&yb, 0, sel.out_dim as u32);
     let mv = ops
-        .matvec(&w, &sel, Region::new(&xb, 0, inp as u32), y, 2, None, None)
+        .matvec(
+            &w,
+            &sel,
+            Region::new(&xb, 0, inp as u32),
+            y,
+            2,
+            None,
+            None,
+            Folds::default(),
+        )
         .unwrap();
     ctx.submit(&mv.iter().collect::<Vec<_>>()).unwrap();
     assert_dots_close(
@@ -617,6 +637,7 @@ fn strided_views_and_input_major_weights() {
                 ids: &ids,
                 x_div: 1,
             }),
+            Folds::default(),
         )
         .unwrap();
     ctx.submit(&mv.iter().collect::<Vec<_>>()).unwrap();
@@ -643,7 +664,7 @@ fn fused_products_over_several_weights() {
     let Some(ctx) = shared() else { return };
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(6);
-    // 2336 values are 73 units: more than one staged chunk of x (64 units).
+    // 2336 values are 73 units: rows' lanes end on different parts of a unit.
     for cols in [96usize, 2336] {
         let stored = [
             make(DType::Q4_0, 45, cols, &mut rng),
@@ -670,6 +691,7 @@ fn fused_products_over_several_weights() {
                 xr,
                 &[&outs[0], &outs[1], &outs[2]],
                 Multi::Split,
+                None,
             )
             .unwrap();
         ctx.submit(&[&d]).unwrap();
@@ -690,7 +712,7 @@ fn fused_products_over_several_weights() {
         ] {
             let yb = ctx.storage("act", (45 * 4) as u64);
             let d = ops
-                .matvec_multi(&[&ws[0], &ws[3]], xr, &[&yb], Multi::Glu(op))
+                .matvec_multi(&[&ws[0], &ws[3]], xr, &[&yb], Multi::Glu(op), None)
                 .unwrap();
             ctx.submit(&[&d]).unwrap();
             let got = ctx.read_f32(&yb, 0, 45).unwrap();
@@ -709,6 +731,114 @@ fn fused_products_over_several_weights() {
                     got[r]
                 );
             }
+        }
+    }
+}
+
+/// RMSNorm(x)·g folded into decode products, and results added into a residual stream, against
+/// the CPU: a norm then a product, and a product then an add.
+#[test]
+fn products_fold_the_norm_and_the_residual_add() {
+    let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(11);
+    for cols in [96usize, 2336] {
+        let stored = [
+            make(DType::Q4_0, 45, cols, &mut rng),
+            make(DType::F16, 13, cols, &mut rng),
+            make(DType::Q8_0, 45, cols, &mut rng),
+        ];
+        let refs: Vec<Vec<f32>> = stored.iter().map(|s| s.reference().unwrap()).collect();
+        let ws: Vec<GpuWeight> = stored
+            .iter()
+            .map(|s| GpuWeight::upload(&ctx, &s.view(vec![s.rows, cols]), 1).unwrap())
+            .collect();
+        let x: Vec<f32> = rng.vec(cols).iter().map(|v| 3.0 * v + 0.5).collect();
+        let g = rng.vec(cols + 2);
+        let eps = 1e-5;
+        let rms = (x.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64 + eps as f64).sqrt();
+        let normed: Vec<f32> = (0..cols)
+            .map(|c| (x[c] as f64 * g[2 + c] as f64 / rms) as f32)
+            .collect();
+        let xb = ctx.storage_with("x", &x);
+        let gb = ctx.storage_with("norm weights", &g);
+        let norm = Some(NormFold {
+            buf: &gb,
+            offset: 2,
+            eps,
+        });
+
+        // One product with the norm folded in, adding into a residual stream.
+        let rows = stored[0].rows;
+        let resid0 = rng.vec(rows);
+        let rb = ctx.storage_with("residual", &resid0);
+        let yb = ctx.storage("y", (rows * 4) as u64);
+        let d = ops
+            .matvec(
+                &ws[0],
+                &MatSel::whole(&ws[0]),
+                Region::new(&xb, 0, cols as u32),
+                Region::new(&yb, 0, rows as u32),
+                1,
+                None,
+                None,
+                Folds {
+                    norm,
+                    residual: Some(&rb),
+                },
+            )
+            .unwrap();
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+        let (want, mag) = cpu_matmul(&refs[0], &normed, rows, cols, 1);
+        let got = ctx.read_f32(&yb, 0, rows).unwrap();
+        assert_dots_close("normed product", &got, &want, &mag, 2e-5);
+        let resid: Vec<f32> = ctx.read_f32(&rb, 0, rows).unwrap();
+        let with_resid: Vec<f32> = (0..rows).map(|r| resid0[r] + want[r]).collect();
+        let mag_resid: Vec<f32> = (0..rows).map(|r| mag[r] + resid0[r].abs()).collect();
+        assert_dots_close("residual stream", &resid, &with_resid, &mag_resid, 2e-5);
+
+        // Two weights split, and gate/up/act, with the norm folded in.
+        let outs: Vec<wgpu::Buffer> = (0..2)
+            .map(|i| ctx.storage("y", (stored[i].rows * 4) as u64))
+            .collect();
+        let xr = Region::new(&xb, 0, 0);
+        let d = ops
+            .matvec_multi(
+                &[&ws[0], &ws[1]],
+                xr,
+                &[&outs[0], &outs[1]],
+                Multi::Split,
+                norm,
+            )
+            .unwrap();
+        ctx.submit(&[&d]).unwrap();
+        for i in 0..2 {
+            let (want, mag) = cpu_matmul(&refs[i], &normed, stored[i].rows, cols, 1);
+            let got = ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap();
+            assert_dots_close(&format!("normed split output {i}"), &got, &want, &mag, 2e-5);
+        }
+        let act = ctx.storage("act", (rows * 4) as u64);
+        let d = ops
+            .matvec_multi(
+                &[&ws[0], &ws[2]],
+                xr,
+                &[&act],
+                Multi::Glu(Eltwise::SwiGlu),
+                norm,
+            )
+            .unwrap();
+        ctx.submit(&[&d]).unwrap();
+        let (gt, gmag) = cpu_matmul(&refs[0], &normed, rows, cols, 1);
+        let (ut, umag) = cpu_matmul(&refs[2], &normed, rows, cols, 1);
+        let got = ctx.read_f32(&act, 0, rows).unwrap();
+        for r in 0..rows {
+            let want = gt[r] / (1.0 + (-gt[r]).exp()) * ut[r];
+            let tol = 1e-4 * (1.0 + gmag[r]) * (1.0 + umag[r]);
+            assert!(
+                (got[r] - want).abs() <= tol,
+                "normed glu row {r}: {} vs {want}",
+                got[r]
+            );
         }
     }
 }

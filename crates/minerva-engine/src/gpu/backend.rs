@@ -6,7 +6,9 @@
 
 use super::context::{GpuContext, GpuOptions};
 use super::error::{GpuError, GpuResult};
-use super::ops::{AttnShape, Bias, Eltwise, ExpertSel, KvCache, MatSel, Multi, Ops, Region, Step};
+use super::ops::{
+    AttnShape, Bias, Eltwise, ExpertSel, Folds, KvCache, MatSel, Multi, NormFold, Ops, Region, Step,
+};
 use super::pipelines::Dispatch;
 use super::weights::GpuWeight;
 use crate::backend::{
@@ -37,9 +39,38 @@ struct Kv {
     cache_len: usize,
 }
 
-/// Consecutive fusable products: their input, (weight, output) pairs, and the pending length
-/// after their dispatch.
-type Products = (BufId, Vec<(WeightId, BufId)>, usize);
+/// Consecutive fusable products: their input, (weight, output) pairs, the pending length
+/// after their dispatch, and the deferred norm they fold in.
+type Products = (BufId, Vec<(WeightId, BufId)>, usize, Option<Deferred>);
+
+/// An RMSNorm of one row (over whole rows) that was recorded but not dispatched: decode products
+/// of `out` read `x` and fold the norm in (`NormFold`). If anything else reads `out` before it
+/// is rewritten, or the step is flushed first, its dispatch goes in at `at`, where it was
+/// recorded — where `x` still held the values it normalizes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Deferred {
+    x: BufId,
+    out: BufId,
+    weight: VecRef,
+    /// The norm weights' f32 buffer (see `vector`) and their offset in it.
+    wid: u32,
+    woff: u32,
+    eps: f32,
+    at: usize,
+}
+
+/// The last op recorded, when it was one decode product through `linear` (input, layer, output,
+/// folded norm, its dispatch count, the pending length after it): an add of its output into
+/// another buffer right after it becomes part of it (`Folds::residual`).
+#[derive(Clone, Copy)]
+struct LastProduct {
+    x: BufId,
+    lin: Linear,
+    out: BufId,
+    norm: Option<Deferred>,
+    count: usize,
+    at: usize,
+}
 
 /// Scratch buffers that grow on demand; growing drops the recorded dispatches that bind them.
 #[derive(Default)]
@@ -71,6 +102,8 @@ pub struct GpuBackend {
     /// unsplit weights without bias (input, [(weight, output)], dispatch count): the next such
     /// product (q, k, v) or the GLU over two of them (gate, up) joins them in one dispatch.
     products: Option<Products>,
+    last_product: Option<LastProduct>,
+    deferred: Option<Deferred>,
     ids: wgpu::Buffer,
     ids_len: usize,
     scratch: Scratch,
@@ -108,6 +141,8 @@ impl GpuBackend {
             last_add: None,
             last_rope: None,
             products: None,
+            last_product: None,
+            deferred: None,
             ids,
             ids_len: 64,
             scratch: Scratch::default(),
@@ -128,6 +163,7 @@ impl GpuBackend {
 
     /// Sends the recorded work to the GPU (no wait).
     fn flush(&mut self) -> Result<()> {
+        self.materialize()?;
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -136,14 +172,71 @@ impl GpuBackend {
         self.pending.clear();
         self.step_users = false;
         self.ids_users = false;
+        self.forget_peepholes();
+        Ok(())
+    }
+
+    /// Forgets the recent ops that the next one could fuse with.
+    fn forget_peepholes(&mut self) {
         self.last_add = None;
         self.last_rope = None;
         self.products = None;
+        self.last_product = None;
+    }
+
+    /// Dispatches the deferred norm, if any, where it was recorded.
+    fn materialize(&mut self) -> Result<()> {
+        let Some(d) = self.deferred.take() else {
+            return Ok(());
+        };
+        let key = key!("norm", d.x, d.weight, d.out, 1usize, d.eps);
+        let made = self.prepare(key, |s| {
+            let cols = s.buf(d.x)?.cols as u32;
+            Ok(vec![s.ops.rms_norm(
+                Some(Region::new(&s.buf(d.x)?.buf, 0, 0)),
+                Region::new(&s.buf(d.out)?.buf, 0, 0),
+                Region::new(s.vector_buf(d.wid), d.woff, 0),
+                cols,
+                1,
+                d.eps,
+            )?])
+        })?;
+        let at = d.at.min(self.pending.len());
+        let n = made.len();
+        self.pending.splice(at..at, made);
+        // Recorded positions at or after the insertion moved.
+        let shift = |p: &mut usize| {
+            if *p >= at {
+                *p += n;
+            }
+        };
+        if let Some(a) = &mut self.last_add {
+            shift(&mut a.3);
+        }
+        if let Some(r) = &mut self.last_rope {
+            shift(&mut r.4);
+        }
+        if let Some(p) = &mut self.products {
+            shift(&mut p.2);
+        }
+        if let Some(p) = &mut self.last_product {
+            shift(&mut p.at);
+        }
         Ok(())
+    }
+
+    /// Called by ops with the buffers they read (or partly write) other than through a folded
+    /// norm: the deferred norm's output must then exist.
+    fn touch(&mut self, bufs: &[BufId]) -> Result<()> {
+        match self.deferred {
+            Some(d) if bufs.contains(&d.out) => self.materialize(),
+            _ => Ok(()),
+        }
     }
 
     /// Sends the recorded work and reads `reads` back in the same submit.
     fn flush_read(&mut self, reads: &[(Src, u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        self.materialize()?;
         let list: Vec<&Dispatch> = self.pending.iter().map(|d| d.as_ref()).collect();
         let mut regions = Vec::new();
         for (src, off, bytes) in reads {
@@ -153,10 +246,21 @@ impl GpuBackend {
         self.pending.clear();
         self.step_users = false;
         self.ids_users = false;
-        self.last_add = None;
-        self.last_rope = None;
-        self.products = None;
+        self.forget_peepholes();
         Ok(out)
+    }
+
+    /// The dispatches recorded under `key`, built on first use.
+    fn prepare(
+        &mut self,
+        key: u64,
+        build: impl FnOnce(&Self) -> Result<Vec<Dispatch>>,
+    ) -> Result<Vec<Arc<Dispatch>>> {
+        if !self.recorded.contains_key(&key) {
+            let made = build(self)?.into_iter().map(Arc::new).collect();
+            self.recorded.insert(key, made);
+        }
+        Ok(self.recorded[&key].clone())
     }
 
     /// Appends the dispatches recorded under `key`, building them on first use.
@@ -165,14 +269,9 @@ impl GpuBackend {
         key: u64,
         build: impl FnOnce(&Self) -> Result<Vec<Dispatch>>,
     ) -> Result<()> {
-        if !self.recorded.contains_key(&key) {
-            let made = build(self)?.into_iter().map(Arc::new).collect();
-            self.recorded.insert(key, made);
-        }
-        self.pending.extend(self.recorded[&key].iter().cloned());
-        self.last_add = None;
-        self.last_rope = None;
-        self.products = None;
+        let made = self.prepare(key, build)?;
+        self.pending.extend(made);
+        self.forget_peepholes();
         Ok(())
     }
 
@@ -282,15 +381,42 @@ impl GpuBackend {
 
     /// Records `out = x · Wᵀ + b` over `n` rows, x and out given as (buffer id, scratch name).
     fn linear(&mut self, x: Src, lin: &Linear, out: Src, n: usize) -> Result<()> {
+        self.linear_folded(x, lin, out, n, None, None)
+    }
+
+    /// `linear`, where a decode product may fold in a deferred norm of x (x is then the norm's
+    /// output; the product reads its input) and add its results into `residual`.
+    fn linear_folded(
+        &mut self,
+        x: Src,
+        lin: &Linear,
+        out: Src,
+        n: usize,
+        norm: Option<Deferred>,
+        residual: Option<BufId>,
+    ) -> Result<()> {
         let bias = match &lin.bias {
             Some(b) => Some(self.vector(b)?),
             None => None,
         };
-        let key = key!("linear", x, lin, out, n);
+        let key = key!(
+            "linear",
+            x,
+            lin,
+            out,
+            n,
+            norm.map(|d| d.x),
+            norm.map(|d| d.weight),
+            norm.map(|d| d.eps),
+            residual
+        );
         let sel = self.sel(&lin.w);
         self.record(key, |s| {
             let w = s.weight(lin.w.weight)?;
-            let xb = s.src(x)?;
+            let xb = match norm {
+                Some(d) => &s.buf(d.x)?.buf,
+                None => s.src(x)?,
+            };
             let yb = s.src(out)?;
             let xr = Region::new(xb, 0, lin.in_dim() as u32);
             let yr = Region::new(yb, 0, lin.out_dim() as u32);
@@ -299,12 +425,27 @@ impl GpuBackend {
                 offset: off,
                 expert_stride: 0,
             });
+            let folds = Folds {
+                norm: norm.map(|d| s.norm_fold(&d)),
+                residual: match residual {
+                    Some(r) => Some(&s.buf(r)?.buf),
+                    None => None,
+                },
+            };
             Ok(if n == 1 {
-                s.ops.matvec(w, &sel, xr, yr, 1, bias, None)?
+                s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?
             } else {
                 s.ops.matmul(w, &sel, xr, yr, n as u32, bias)?
             })
         })
+    }
+
+    fn norm_fold(&self, d: &Deferred) -> NormFold<'_> {
+        NormFold {
+            buf: self.vector_buf(d.wid),
+            offset: d.woff,
+            eps: d.eps,
+        }
     }
 
     fn src(&self, s: Src) -> Result<&wgpu::Buffer> {
@@ -588,6 +729,7 @@ impl Backend for GpuBackend {
     }
 
     fn embed(&mut self, table: WeightId, ids: &[u32], out: BufId) -> Result<()> {
+        self.touch(&[out])?;
         let n = ids.len();
         let (cols, vocab) = (self.weight(table)?.cols, self.weight(table)?.rows);
         self.check_rows(out, n, Some(cols), "embed")?;
@@ -632,6 +774,7 @@ impl Backend for GpuBackend {
         }
         self.check_rows(x, n, None, "rms_norm")?;
         self.check_rows(out, n, Some(cols), "rms_norm")?;
+        self.touch(&[x, out])?;
         let (wid, woff) = self.vector(&weight)?;
         // Right after `acc += out` (nothing recorded since): replace that add with the fused
         // kernel, which adds and normalizes in one pass over the row.
@@ -653,6 +796,21 @@ impl Backend for GpuBackend {
                     )?])
                 });
             }
+        }
+        // One row over whole rows: the decode products that read `out` fold it in instead.
+        if n == 1 && group == cols && x != out {
+            self.materialize()?;
+            self.deferred = Some(Deferred {
+                x,
+                out,
+                weight,
+                wid,
+                woff,
+                eps,
+                at: self.pending.len(),
+            });
+            self.forget_peepholes();
+            return Ok(());
         }
         let key = key!("norm", x, weight, out, n, group, eps);
         self.record(key, |s| {
@@ -677,12 +835,22 @@ impl Backend for GpuBackend {
     fn matmul(&mut self, x: BufId, lin: &Linear, out: BufId, n: usize) -> Result<()> {
         self.check_rows(x, n, Some(lin.in_dim()), "matmul")?;
         self.check_rows(out, n, Some(lin.out_dim()), "matmul")?;
+        // A decode product of the deferred norm's output reads its input and folds it in.
+        let norm = self.deferred.filter(|d| d.out == x && n == 1 && x != out);
+        if norm.is_none() {
+            self.touch(&[x])?;
+        }
+        if self.deferred.is_some_and(|d| d.out == out) {
+            // Rewritten before anything read it: the norm's dispatch is never needed.
+            self.deferred = None;
+        }
         if n != 1 || !self.fusable(lin) || x == out {
-            return self.linear(Src::Buf(x), lin, Src::Buf(out), n);
+            return self.single_product(x, lin, out, n, norm);
         }
         let joined = match self.products.take() {
-            Some((px, items, at))
+            Some((px, items, at, pnorm))
                 if px == x
+                    && pnorm == norm
                     && items.len() < 3
                     && at == self.pending.len()
                     && items.iter().all(|i| i.1 != out) =>
@@ -693,15 +861,18 @@ impl Backend for GpuBackend {
             _ => None,
         };
         let Some(mut items) = joined else {
-            self.linear(Src::Buf(x), lin, Src::Buf(out), n)?;
-            self.products = Some((x, vec![(lin.w.weight, out)], self.pending.len()));
+            self.single_product(x, lin, out, n, norm)?;
+            self.products = Some((x, vec![(lin.w.weight, out)], self.pending.len(), norm));
             return Ok(());
         };
         items.push((lin.w.weight, out));
         let key = key!(
             "products",
             x,
-            items.iter().map(|i| (i.0 .0, i.1 .0)).collect::<Vec<_>>()
+            items.iter().map(|i| (i.0 .0, i.1 .0)).collect::<Vec<_>>(),
+            norm.map(|d| d.x),
+            norm.map(|d| d.weight),
+            norm.map(|d| d.eps)
         );
         let list = items.clone();
         self.record(key, |s| {
@@ -710,18 +881,21 @@ impl Backend for GpuBackend {
                 .iter()
                 .map(|i| s.buf(i.1).map(|b| &b.buf))
                 .collect::<Result<_>>()?;
+            let input = norm.map(|d| d.x).unwrap_or(x);
             Ok(vec![s.ops.matvec_multi(
                 &ws,
-                Region::new(&s.buf(x)?.buf, 0, 0),
+                Region::new(&s.buf(input)?.buf, 0, 0),
                 &outs,
                 Multi::Split,
+                norm.map(|d| s.norm_fold(&d)),
             )?])
         })?;
-        self.products = Some((x, items, self.pending.len()));
+        self.products = Some((x, items, self.pending.len(), norm));
         Ok(())
     }
 
     fn rope(&mut self, x: BufId, n: usize, pos: usize, rope: &RopeParams) -> Result<()> {
+        self.touch(&[x])?;
         let cols = self.buf(x)?.cols;
         if rope.head_dim == 0
             || cols % rope.head_dim != 0
@@ -794,6 +968,7 @@ impl Backend for GpuBackend {
         out: BufId,
         p: &AttnParams,
     ) -> Result<()> {
+        self.touch(&[q, k, v, out])?;
         let qd = p.n_heads * p.head_dim;
         let kd = p.n_kv_heads * p.head_dim;
         if p.n_kv_heads == 0
@@ -865,22 +1040,36 @@ impl Backend for GpuBackend {
         self.check_rows(gate, n, None, "glu")?;
         self.check_rows(up, n, Some(cols), "glu")?;
         self.check_rows(out, n, Some(cols), "glu")?;
+        self.touch(&[gate, up, out])?;
         // Right after the gate and up products of one vector: one dispatch does all three.
-        if let Some((x, items, at)) = self.products.take() {
+        if let Some((x, items, at, norm)) = self.products.take() {
             let pair = items.len() == 2 && items[0].1 == gate && items[1].1 == up && out != x;
             if pair && at == self.pending.len() && n == 1 {
                 let (wg, wu) = (items[0].0, items[1].0);
                 if self.weight(wg)?.rows == self.weight(wu)?.rows {
                     self.pending.pop();
                     let op = Self::glu_op(act);
-                    return self.record(key!("gate+up+act", x, wg, wu, out, act), |s| {
+                    let key = key!(
+                        "gate+up+act",
+                        x,
+                        wg,
+                        wu,
+                        out,
+                        act,
+                        norm.map(|d| d.x),
+                        norm.map(|d| d.weight),
+                        norm.map(|d| d.eps)
+                    );
+                    return self.record(key, |s| {
                         let ws = [s.weight(wg)?, s.weight(wu)?];
-                        let xr = Region::new(&s.buf(x)?.buf, 0, 0);
+                        let input = norm.map(|d| d.x).unwrap_or(x);
+                        let xr = Region::new(&s.buf(input)?.buf, 0, 0);
                         Ok(vec![s.ops.matvec_multi(
                             &ws,
                             xr,
                             &[&s.buf(out)?.buf],
                             Multi::Glu(op),
+                            norm.map(|d| s.norm_fold(&d)),
                         )?])
                     });
                 }
@@ -901,6 +1090,7 @@ impl Backend for GpuBackend {
     }
 
     fn moe(&mut self, x: BufId, block: &MoeBlock, out: BufId, n: usize) -> Result<()> {
+        self.touch(&[x, out])?;
         let hidden = self.buf(x)?.cols;
         self.check_rows(x, n, None, "moe")?;
         self.check_rows(out, n, Some(hidden), "moe")?;
@@ -981,6 +1171,7 @@ impl Backend for GpuBackend {
                             ids,
                             x_div: k as u32,
                         }),
+                        Folds::default(),
                     )?);
                 }
                 d.push(s.ops.eltwise(
@@ -1003,6 +1194,7 @@ impl Backend for GpuBackend {
                     items as u32,
                     bias(2, &e0.down),
                     Some(ExpertSel { ids, x_div: 1 }),
+                    Folds::default(),
                 )?);
                 d.push(s.ops.moe_combine(
                     eo,
@@ -1082,6 +1274,22 @@ impl Backend for GpuBackend {
         }
         self.check_rows(acc, n, None, "add")?;
         self.check_rows(x, n, Some(cols), "add")?;
+        self.touch(&[acc, x])?;
+        // Right after the decode product that wrote x: the product adds its results itself.
+        if let Some(lp) = self.last_product {
+            let reads_acc = lp.x == acc || lp.norm.is_some_and(|d| d.x == acc);
+            if lp.out == x && lp.at == self.pending.len() && n == 1 && !reads_acc {
+                self.pending.truncate(self.pending.len() - lp.count);
+                return self.linear_folded(
+                    Src::Buf(lp.x),
+                    &lp.lin,
+                    Src::Buf(lp.out),
+                    1,
+                    lp.norm,
+                    Some(acc),
+                );
+            }
+        }
         self.record(key!("add", acc, x, n), |s| {
             let c = cols as u32;
             Ok(vec![s.ops.eltwise(
@@ -1105,6 +1313,7 @@ impl Backend for GpuBackend {
         dst_row: usize,
         n: usize,
     ) -> Result<()> {
+        self.touch(&[src, dst])?;
         let cols = self.buf(src)?.cols;
         if src == dst {
             return Err(bad("copy_rows within one buffer".into()));
@@ -1183,6 +1392,31 @@ impl Backend for GpuBackend {
 }
 
 impl GpuBackend {
+    /// Records one product through `linear` (folding `norm` in) and remembers it, so that an
+    /// add of its output right after it can fold in too.
+    fn single_product(
+        &mut self,
+        x: BufId,
+        lin: &Linear,
+        out: BufId,
+        n: usize,
+        norm: Option<Deferred>,
+    ) -> Result<()> {
+        let before = self.pending.len();
+        self.linear_folded(Src::Buf(x), lin, Src::Buf(out), n, norm, None)?;
+        if n == 1 {
+            self.last_product = Some(LastProduct {
+                x,
+                lin: *lin,
+                out,
+                norm,
+                count: self.pending.len() - before,
+                at: self.pending.len(),
+            });
+        }
+        Ok(())
+    }
+
     /// Records one gated FFN of `n` rows of x into the "moe expert out" scratch.
     fn ffn(
         &mut self,

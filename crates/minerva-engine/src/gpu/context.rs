@@ -247,20 +247,44 @@ impl GpuContext {
         buf
     }
 
-    /// Records `dispatches` in one compute pass of one encoder and submits it.
+    /// Records `dispatches` and submits them (see `submit_pieces`).
     pub fn submit(&self, dispatches: &[&super::pipelines::Dispatch]) -> GpuResult<()> {
-        let mut enc = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("step"),
-            });
-        let profiled = self.record_step(&mut enc, dispatches);
-        self.queue.submit([enc.finish()]);
-        self.submits.fetch_add(1, Ordering::Relaxed);
-        self.dispatches
-            .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
+        let profiled = self.submit_pieces(dispatches, |_| {});
         self.finish_profile(profiled);
         self.check()
+    }
+
+    /// Records `dispatches` into command buffers of `submit_sizes(n)` dispatches each, one
+    /// compute pass per buffer, and submits each as soon as it is recorded: wgpu's encoding costs
+    /// the host a few µs per dispatch, and this way the GPU runs the first piece while the host
+    /// encodes the next. `last` adds commands after the last piece's pass (read-back copies).
+    fn submit_pieces(
+        &self,
+        dispatches: &[&super::pipelines::Dispatch],
+        last: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> Vec<super::profile::Pending> {
+        let mut profiled = Vec::new();
+        let mut last = Some(last);
+        let mut at = 0;
+        for size in submit_sizes(dispatches.len()) {
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("step"),
+                });
+            profiled.extend(self.record_step(&mut enc, &dispatches[at..at + size]));
+            at += size;
+            if at == dispatches.len() {
+                if let Some(f) = last.take() {
+                    f(&mut enc);
+                }
+            }
+            self.queue.submit([enc.finish()]);
+            self.submits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.dispatches
+            .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
+        profiled
     }
 
     /// Records a step's dispatches: one compute pass, or one timed pass each when profiling.
@@ -284,9 +308,11 @@ impl GpuContext {
         None
     }
 
-    fn finish_profile(&self, pending: Option<super::profile::Pending>) {
-        if let (Some(p), Some(pending)) = (&self.profiler, pending) {
-            p.collect(&self.device, pending);
+    fn finish_profile(&self, pending: Vec<super::profile::Pending>) {
+        if let Some(p) = &self.profiler {
+            for one in pending {
+                p.collect(&self.device, one);
+            }
         }
     }
 
@@ -295,9 +321,9 @@ impl GpuContext {
         Ok(self.run_and_read(&[], &[(buf, offset, bytes)])?.remove(0))
     }
 
-    /// Records `dispatches` in one compute pass, then copies each (buffer, offset, bytes) region
-    /// to one staging buffer, all in one submit, and waits for the bytes: a step and its read
-    /// back cost a single round trip.
+    /// Submits `dispatches` (`submit_pieces`), then copies each (buffer, offset, bytes) region
+    /// to one staging buffer behind the last piece, and waits for the bytes: a step and its read
+    /// back cost a single wait.
     pub fn run_and_read(
         &self,
         dispatches: &[&super::pipelines::Dispatch],
@@ -311,24 +337,15 @@ impl GpuContext {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let mut enc = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("step + read back"),
-            });
         let started = std::time::Instant::now();
-        let profiled = self.record_step(&mut enc, dispatches);
-        let mut at = 0;
-        for ((buf, offset, _), size) in reads.iter().zip(&padded) {
-            enc.copy_buffer_to_buffer(buf, *offset, &staging, at, *size);
-            at += size;
-        }
-        let recorded = std::time::Instant::now();
-        self.queue.submit([enc.finish()]);
+        let profiled = self.submit_pieces(dispatches, |enc| {
+            let mut at = 0;
+            for ((buf, offset, _), size) in reads.iter().zip(&padded) {
+                enc.copy_buffer_to_buffer(buf, *offset, &staging, at, *size);
+                at += size;
+            }
+        });
         let submitted = std::time::Instant::now();
-        self.submits.fetch_add(1, Ordering::Relaxed);
-        self.dispatches
-            .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
         self.check()?;
         let slot: Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>> =
             Arc::new(Mutex::new(None));
@@ -338,12 +355,7 @@ impl GpuContext {
         });
         self.wait()?;
         if let Some(t) = &self.timer {
-            t.add(
-                dispatches.len(),
-                recorded - started,
-                submitted - recorded,
-                submitted.elapsed(),
-            );
+            t.add(dispatches.len(), submitted - started, submitted.elapsed());
         }
         self.finish_profile(profiled);
         let result = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -387,4 +399,23 @@ impl GpuContext {
         let b = self.read_bytes(buf, offset_elems as u64 * 4, n as u64 * 4)?;
         Ok(bytemuck::pod_collect_to_vec(&b))
     }
+}
+
+/// How many dispatches each command buffer of a step holds: a small first piece so that the GPU
+/// starts early, then larger ones (each submit costs the host some tens of µs). Always at least
+/// one piece, so that a step without dispatches still carries its copies.
+pub fn submit_sizes(dispatches: usize) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let mut left = dispatches;
+    let mut next = 16;
+    while left > 0 {
+        let n = next.min(left);
+        sizes.push(n);
+        left -= n;
+        next = (next * 2).min(64);
+    }
+    if sizes.is_empty() {
+        sizes.push(0);
+    }
+    sizes
 }

@@ -98,6 +98,23 @@ pub struct Bias<'a> {
     pub expert_stride: u32,
 }
 
+/// An RMSNorm folded into a decode product (product.wgsl): the norm's f32 weights start at
+/// element `offset` of `buf`; the product reads the norm's input as its x.
+#[derive(Clone, Copy)]
+pub struct NormFold<'a> {
+    pub buf: &'a wgpu::Buffer,
+    pub offset: u32,
+    pub eps: f32,
+}
+
+/// Work folded into a decode product: an RMSNorm of its input, and adding its results into a
+/// residual stream (`residual[i] += y[i]`, y still written).
+#[derive(Clone, Copy, Default)]
+pub struct Folds<'a> {
+    pub norm: Option<NormFold<'a>>,
+    pub residual: Option<&'a wgpu::Buffer>,
+}
+
 /// The dispatch of one weight part: outputs j_lo..j_hi read stored rows from `row_base` of it.
 struct PartRange {
     part: usize,
@@ -202,7 +219,9 @@ struct MatvecParams {
     expert_count: u32,
     groups_x: u32,
     bias_offset: u32,
-    _pad: u32,
+    norm_offset: u32,
+    eps: f32,
+    _pad: [u32; 3],
 }
 
 #[repr(C)]
@@ -322,6 +341,9 @@ struct MultiParams {
     groups_x: u32,
     alpha: f32,
     limit: f32,
+    norm_offset: u32,
+    eps: f32,
+    _pad: [u32; 2],
 }
 
 /// How a decode product over several weights (`Ops::matvec_multi`) uses them.
@@ -453,19 +475,24 @@ impl Ops {
         Dispatch::new(&self.ctx, label, pipe, entries, groups)
     }
 
-    fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool) -> Defines {
+    /// Workgroup shape of the decode products, and subgroup reductions where every subgroup
+    /// lies within one row's lanes.
+    fn product_defines(&self) -> Defines {
         let tpr = MATVEC_WG / MATVEC_RPW;
         let caps = self.ctx.caps;
-        let mut d = with(
-            decoder,
-            &[
-                ("WG", format!("{MATVEC_WG}u")),
-                ("RPW", format!("{MATVEC_RPW}u")),
-            ],
-        );
+        let mut d = defines(&[
+            ("WG", format!("{MATVEC_WG}u")),
+            ("RPW", format!("{MATVEC_RPW}u")),
+        ]);
         if caps.subgroups && caps.subgroup_max <= tpr && tpr.is_multiple_of(caps.subgroup_max) {
             d.insert("SUBGROUPS".into(), String::new());
         }
+        d
+    }
+
+    fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool) -> Defines {
+        let mut d = decoder;
+        d.extend(self.product_defines());
         if experts {
             d.insert("MOE".into(), String::new());
         }
@@ -509,10 +536,7 @@ impl Ops {
             jobs.push(single("matmul.wgsl", dec.clone()));
             jobs.push(single("embed.wgsl", dec.clone()));
             // Fused decode products over weights of this dtype (q/k/v, gate/up/act).
-            let mv = defines(&[
-                ("WG", format!("{MATVEC_WG}u")),
-                ("RPW", format!("{MATVEC_RPW}u")),
-            ]);
+            let mv = self.product_defines();
             let split2 = with(mv.clone(), &[("SPLIT", String::new())]);
             let split3 = with(split2.clone(), &[("THREE", String::new())]);
             let glu = with(mv, &[("GLU", String::new())]);
@@ -569,13 +593,20 @@ impl Ops {
         batch: u32,
         bias: Option<Bias>,
         experts: Option<ExpertSel>,
+        folds: Folds,
     ) -> GpuResult<Vec<Dispatch>> {
         w.check_sel(sel)?;
-        let d = self.matvec_defines(
+        let mut d = self.matvec_defines(
             self.weight_defines(w, sel),
             experts.is_some(),
             bias.is_some(),
         );
+        if folds.norm.is_some() {
+            d.insert("NORM".into(), String::new());
+        }
+        if folds.residual.is_some() {
+            d.insert("RESIDUAL".into(), String::new());
+        }
         let pipe = self.pipeline("matvec.wgsl", &d, "main")?;
         let mrows = w.matrix_rows(sel.input_major);
         // Stored rows per matrix (parts hold whole matrices when used with experts).
@@ -614,7 +645,9 @@ impl Ops {
                 expert_count: (part.rows / stored) as u32,
                 groups_x: gx,
                 bias_offset: bias.map(|b| b.offset).unwrap_or(0) + r.j_lo as u32,
-                _pad: 0,
+                norm_offset: folds.norm.map(|n| n.offset).unwrap_or(0),
+                eps: folds.norm.map(|n| n.eps).unwrap_or(0.0),
+                _pad: [0; 3],
             };
             let ub = self.ctx.uniform("matvec params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = part
@@ -630,6 +663,12 @@ impl Ops {
             if let Some(b) = &bias {
                 entries.push((7, b.buf));
             }
+            if let Some(n) = &folds.norm {
+                entries.push((8, n.buf));
+            }
+            if let Some(r) = folds.residual {
+                entries.push((9, r));
+            }
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, batch]));
         }
         Ok(out)
@@ -643,6 +682,7 @@ impl Ops {
         x: Region,
         outs: &[&wgpu::Buffer],
         mode: Multi,
+        norm: Option<NormFold>,
     ) -> GpuResult<Dispatch> {
         let bad = |reason: String| GpuError::Unsupported {
             tensor: weights.first().map(|w| w.name.clone()).unwrap_or_default(),
@@ -662,10 +702,7 @@ impl Ops {
         {
             return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
         }
-        let mut d = defines(&[
-            ("WG", format!("{MATVEC_WG}u")),
-            ("RPW", format!("{MATVEC_RPW}u")),
-        ]);
+        let mut d = self.product_defines();
         match mode {
             Multi::Split => {
                 d.insert("SPLIT".into(), String::new());
@@ -680,6 +717,9 @@ impl Ops {
             Multi::Glu(_) => {
                 d.insert("GLU".into(), String::new());
             }
+        }
+        if norm.is_some() {
+            d.insert("NORM".into(), String::new());
         }
         let decoders: Vec<Defines> = weights.iter().map(|w| w.decoder()).collect();
         let pipe =
@@ -701,6 +741,9 @@ impl Ops {
             groups_x: gx,
             alpha,
             limit,
+            norm_offset: norm.map(|n| n.offset).unwrap_or(0),
+            eps: norm.map(|n| n.eps).unwrap_or(0.0),
+            _pad: [0; 2],
         };
         let ub = self.ctx.uniform("multi params", &params);
         let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
@@ -718,6 +761,9 @@ impl Ops {
             entries.push((31 + i as u32, o));
         }
         entries.push((34, &ub));
+        if let Some(n) = &norm {
+            entries.push((35, n.buf));
+        }
         Ok(self.dispatch(pipe, &entries, [gx, gy, 1]))
     }
 

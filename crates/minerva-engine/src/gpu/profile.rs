@@ -2,7 +2,7 @@
 //! pass bracketed by timestamp queries, and the totals per kernel (and grid) are printed to
 //! stderr when the device is dropped; profiling adds a pass per dispatch and a wait per submit,
 //! so it is off unless asked for. With `MINERVA_GPU_TIMING=1` steps run as usual and the host's
-//! side of each read-back step (recording, submit, waiting) is timed instead.
+//! side of each read-back step (recording and submitting its pieces, then waiting) is timed instead.
 
 use super::pipelines::Dispatch;
 use std::collections::HashMap;
@@ -134,8 +134,8 @@ impl Drop for Profiler {
 
 /// Host-side durations of the steps that end in a read back (`MINERVA_GPU_TIMING=1`).
 pub struct StepTimer {
-    /// (dispatches, record, submit, wait) per step.
-    steps: Mutex<Vec<(usize, Duration, Duration, Duration)>>,
+    /// (dispatches, record + submit, wait) per step.
+    steps: Mutex<Vec<(usize, Duration, Duration)>>,
 }
 
 impl StepTimer {
@@ -146,9 +146,9 @@ impl StepTimer {
         })
     }
 
-    pub fn add(&self, dispatches: usize, record: Duration, submit: Duration, wait: Duration) {
+    pub fn add(&self, dispatches: usize, submit: Duration, wait: Duration) {
         let mut steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
-        steps.push((dispatches, record, submit, wait));
+        steps.push((dispatches, submit, wait));
     }
 }
 
@@ -161,11 +161,11 @@ impl Drop for StepTimer {
         counts.dedup();
         eprintln!("GPU step timing (host side, medians):");
         eprintln!(
-            "{:>10} {:>6} {:>10} {:>10} {:>10}",
-            "dispatches", "steps", "record µs", "submit µs", "wait µs"
+            "{:>10} {:>6} {:>10} {:>10}",
+            "dispatches", "steps", "submit µs", "wait µs"
         );
         for n in counts {
-            let of = |f: fn(&(usize, Duration, Duration, Duration)) -> Duration| {
+            let of = |f: fn(&(usize, Duration, Duration)) -> Duration| {
                 let mut v: Vec<f64> = steps
                     .iter()
                     .filter(|s| s.0 == n)
@@ -176,12 +176,11 @@ impl Drop for StepTimer {
             };
             let steps_n = steps.iter().filter(|s| s.0 == n).count();
             eprintln!(
-                "{:>10} {:>6} {:>10.1} {:>10.1} {:>10.1}",
+                "{:>10} {:>6} {:>10.1} {:>10.1}",
                 n,
                 steps_n,
                 of(|s| s.1),
-                of(|s| s.2),
-                of(|s| s.3)
+                of(|s| s.2)
             );
         }
     }

@@ -1,9 +1,12 @@
-// Plain float weights (f32, f16, bf16). Rows may have any length: values past the row's end
-// decode as zero, so a unit never reads another row. With INPUT_MAJOR the stored matrices are
-// [inputs][IN_STRIDE outputs] (Hugging Face gpt-oss experts): "row" m·IN_STRIDE + j is output column j of
-// matrix m, and its `cols` inputs are IN_STRIDE apart.
+// Plain float weights (f32, f16, bf16); part j of a unit is its values 8j..8j+7. Rows may have
+// any length: values past the row's end decode as zero, so a unit never reads another row. With
+// INPUT_MAJOR the stored matrices are [inputs][IN_STRIDE outputs] (Hugging Face gpt-oss
+// experts): "row" m·IN_STRIDE + j is output column j of matrix m, and its `cols` inputs are
+// IN_STRIDE apart.
 #include "common.wgsl"
 #include "weights.wgsl"
+
+const PART_SPLIT: bool = false;
 
 fn float_at(e: u32) -> f32 {
 #ifdef DT_F32
@@ -17,56 +20,58 @@ fn float_at(e: u32) -> f32 {
 #endif
 }
 
-fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
-    var out: Unit;
-    let first = u * 32u;
+// Four values of a row from element `e` on, with `first` the first's column: zero past `cols`.
+fn float4_at(e: u32, first: u32, cols: u32, step: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        if (first + i < cols) {
+            v[i] = float_at(e + i * step);
+        }
+    }
+    return v;
+}
+
+fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
+    let first = u * 32u + 8u * j;
 #ifdef INPUT_MAJOR
     let m = row / IN_STRIDE;
-    let base0 = m * cols * IN_STRIDE + first * IN_STRIDE + row % IN_STRIDE;
-    for (var k = 0u; k < 8u; k++) {
-        var v = vec4<f32>(0.0);
-        for (var j = 0u; j < 4u; j++) {
-            if (first + 4u * k + j < cols) {
-                v[j] = float_at(base0 + (4u * k + j) * IN_STRIDE);
-            }
-        }
-        out[k] = v;
-    }
-    return out;
+    let e = m * cols * IN_STRIDE + first * IN_STRIDE + row % IN_STRIDE;
+    return Part(
+        float4_at(e, first, cols, IN_STRIDE),
+        float4_at(e + 4u * IN_STRIDE, first + 4u, cols, IN_STRIDE),
+    );
 #else
-    let base = row * cols + first;
-#ifndef DT_F32
-    // A whole unit starting on a word: 16 words of two halves each.
-    if (first + 32u <= cols && (base & 1u) == 0u) {
-        let w = base >> 1u;
-        for (var k = 0u; k < 8u; k++) {
-            let a = w0[w + 2u * k];
-            let b = w0[w + 2u * k + 1u];
+    let e = row * cols + first;
+    if (first + 8u <= cols) {
+#ifdef DT_F32
+        return Part(
+            vec4<f32>(bitcast<f32>(w0[e]), bitcast<f32>(w0[e + 1u]), bitcast<f32>(w0[e + 2u]), bitcast<f32>(w0[e + 3u])),
+            vec4<f32>(bitcast<f32>(w0[e + 4u]), bitcast<f32>(w0[e + 5u]), bitcast<f32>(w0[e + 6u]), bitcast<f32>(w0[e + 7u])),
+        );
+#else
+        // Four words of two halves each, when the part starts on a word.
+        if ((e & 1u) == 0u) {
+            let w = e >> 1u;
+            let a = w0[w];
+            let b = w0[w + 1u];
+            let c = w0[w + 2u];
+            let d = w0[w + 3u];
 #ifdef DT_F16
-            out[k] = vec4<f32>(unpack2x16float(a), unpack2x16float(b));
+            return Part(
+                vec4<f32>(unpack2x16float(a), unpack2x16float(b)),
+                vec4<f32>(unpack2x16float(c), unpack2x16float(d)),
+            );
 #else
-            out[k] = vec4<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xFFFF0000u), bitcast<f32>(b << 16u), bitcast<f32>(b & 0xFFFF0000u));
+            return Part(
+                vec4<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xFFFF0000u), bitcast<f32>(b << 16u), bitcast<f32>(b & 0xFFFF0000u)),
+                vec4<f32>(bitcast<f32>(c << 16u), bitcast<f32>(c & 0xFFFF0000u), bitcast<f32>(d << 16u), bitcast<f32>(d & 0xFFFF0000u)),
+            );
 #endif
         }
-        return out;
-    }
 #endif
-    if (first + 32u <= cols) {
-        for (var k = 0u; k < 8u; k++) {
-            let e = base + 4u * k;
-            out[k] = vec4<f32>(float_at(e), float_at(e + 1u), float_at(e + 2u), float_at(e + 3u));
-        }
-    } else {
-        for (var k = 0u; k < 8u; k++) {
-            var v = vec4<f32>(0.0);
-            for (var j = 0u; j < 4u; j++) {
-                if (first + 4u * k + j < cols) {
-                    v[j] = float_at(base + 4u * k + j);
-                }
-            }
-            out[k] = v;
-        }
     }
-    return out;
+    return Part(float4_at(e, first, cols, 1u), float4_at(e + 4u, first + 4u, cols, 1u));
 #endif
 }
+
+#include "unit.wgsl"

@@ -1,7 +1,8 @@
 // GGUF legacy blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and GGUF MXFP4, read in place.
 // Layouts (bytes): Q4_0 d:f16 qs[16]; Q4_1 d m qs[16]; Q5_0 d qh:u32 qs[16]; Q5_1 d m qh qs[16];
 // Q8_0 d qs:i8[32]; MXFP4 e:u8 qs[16]. Nibble blocks hold element j in the low nibble of byte j
-// and element j+16 in the high nibble.
+// and element j+16 in the high nibble, so part j is word j of qs: its low nibbles are vec4 j of
+// the unit, its high nibbles vec4 j + 4.
 #include "common.wgsl"
 #include "weights.wgsl"
 
@@ -19,6 +20,9 @@ const BLOCK_BYTES: u32 = 24u;
 #endif
 #ifdef DT_Q8_0
 const BLOCK_BYTES: u32 = 34u;
+const PART_SPLIT: bool = false;
+#else
+const PART_SPLIT: bool = true;
 #endif
 #ifdef DT_MXFP4
 const BLOCK_BYTES: u32 = 17u;
@@ -30,60 +34,53 @@ fn high_bits(h: u32, j: u32) -> vec4<f32> {
     return vec4<f32>(f32(b & 1u), f32((b >> 1u) & 1u), f32((b >> 2u) & 1u), f32((b >> 3u) & 1u)) * 16.0;
 }
 
-fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
-    var out: Unit;
+fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
     let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
 #ifdef DT_Q8_0
     let d = w0_f16(b);
-    for (var k = 0u; k < 8u; k++) {
-        out[k] = sbytes4(w0_word(b + 2u + 4u * k)) * d;
-    }
+    let q = b + 2u + 8u * j;
+    return Part(sbytes4(w0_word(q)) * d, sbytes4(w0_word(q + 4u)) * d);
 #endif
 #ifdef DT_MXFP4
     let s = e8m0(w0_byte(b));
-    for (var k = 0u; k < 4u; k++) {
-        let q = w0_word(b + 1u + 4u * k);
-        let lo = q & 0x0F0F0F0Fu;
-        let hi = (q >> 4u) & 0x0F0F0F0Fu;
-        out[k] = vec4<f32>(e2m1(lo), e2m1(lo >> 8u), e2m1(lo >> 16u), e2m1(lo >> 24u)) * s;
-        out[k + 4u] = vec4<f32>(e2m1(hi), e2m1(hi >> 8u), e2m1(hi >> 16u), e2m1(hi >> 24u)) * s;
-    }
+    let q = w0_word(b + 1u + 4u * j);
+    let lo = q & 0x0F0F0F0Fu;
+    let hi = (q >> 4u) & 0x0F0F0F0Fu;
+    return Part(
+        vec4<f32>(e2m1(lo), e2m1(lo >> 8u), e2m1(lo >> 16u), e2m1(lo >> 24u)) * s,
+        vec4<f32>(e2m1(hi), e2m1(hi >> 8u), e2m1(hi >> 16u), e2m1(hi >> 24u)) * s,
+    );
 #endif
 #ifdef DT_Q4_0
     let d = w0_f16(b);
-    for (var k = 0u; k < 4u; k++) {
-        let q = w0_word(b + 2u + 4u * k);
-        out[k] = (lo4(q) - 8.0) * d;
-        out[k + 4u] = (hi4(q) - 8.0) * d;
-    }
+    let q = w0_word(b + 2u + 4u * j);
+    return Part((lo4(q) - 8.0) * d, (hi4(q) - 8.0) * d);
 #endif
 #ifdef DT_Q4_1
     let d = w0_f16(b);
     let m = w0_f16(b + 2u);
-    for (var k = 0u; k < 4u; k++) {
-        let q = w0_word(b + 4u + 4u * k);
-        out[k] = lo4(q) * d + m;
-        out[k + 4u] = hi4(q) * d + m;
-    }
+    let q = w0_word(b + 4u + 4u * j);
+    return Part(lo4(q) * d + m, hi4(q) * d + m);
 #endif
 #ifdef DT_Q5_0
     let d = w0_f16(b);
     let h = w0_word(b + 2u);
-    for (var k = 0u; k < 4u; k++) {
-        let q = w0_word(b + 6u + 4u * k);
-        out[k] = (lo4(q) + high_bits(h, 4u * k) - 16.0) * d;
-        out[k + 4u] = (hi4(q) + high_bits(h, 16u + 4u * k) - 16.0) * d;
-    }
+    let q = w0_word(b + 6u + 4u * j);
+    return Part(
+        (lo4(q) + high_bits(h, 4u * j) - 16.0) * d,
+        (hi4(q) + high_bits(h, 16u + 4u * j) - 16.0) * d,
+    );
 #endif
 #ifdef DT_Q5_1
     let d = w0_f16(b);
     let m = w0_f16(b + 2u);
     let h = w0_word(b + 4u);
-    for (var k = 0u; k < 4u; k++) {
-        let q = w0_word(b + 8u + 4u * k);
-        out[k] = (lo4(q) + high_bits(h, 4u * k)) * d + m;
-        out[k + 4u] = (hi4(q) + high_bits(h, 16u + 4u * k)) * d + m;
-    }
+    let q = w0_word(b + 8u + 4u * j);
+    return Part(
+        (lo4(q) + high_bits(h, 4u * j)) * d + m,
+        (hi4(q) + high_bits(h, 16u + 4u * j)) * d + m,
+    );
 #endif
-    return out;
 }
+
+#include "unit.wgsl"

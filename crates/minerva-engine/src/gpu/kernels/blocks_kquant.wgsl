@@ -1,10 +1,12 @@
 // GGUF k-quant super-blocks of 256 values, decoded 32 at a time (unit u is sub-block u % 8 of
-// super-block u / 8). Layouts (bytes):
+// super-block u / 8; part jp of a unit is its values 8jp..8jp+7). Layouts (bytes):
 //   Q2_K scales[16] qs[64] d dmin            Q3_K hmask[32] qs[64] scales[12] d
 //   Q4_K d dmin scales[12] qs[128]           Q5_K d dmin scales[12] qh[32] qs[128]
 //   Q6_K ql[128] qh[64] scales:i8[16] d
 #include "common.wgsl"
 #include "weights.wgsl"
+
+const PART_SPLIT: bool = false;
 
 #ifdef DT_Q2_K
 const BLOCK_BYTES: u32 = 84u;
@@ -48,8 +50,8 @@ fn scale_q3k(s: u32, i: u32) -> f32 {
     return f32(i32((w >> (8u * (i % 4u))) & 0xFFu) - 32);
 }
 
-fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
-    var out: Unit;
+fn load_part(row: u32, u: u32, jp: u32, cols: u32) -> Part {
+    var out: Part;
     let b = (row * (cols / 256u) + u / 8u) * BLOCK_BYTES;
     let j = u % 8u;
 #ifdef DT_Q4_K
@@ -57,10 +59,11 @@ fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
     let dmin = w0_f16(b + 2u);
     let sm = scale_min_k4(b + 4u, j);
     let q = b + 16u + (j / 2u) * 32u;
-    for (var k = 0u; k < 8u; k++) {
+    for (var i = 0u; i < 2u; i++) {
+        let k = 2u * jp + i;
         let w = w0_word(q + 4u * k);
         let v = select(lo4(w), hi4(w), (j & 1u) == 1u);
-        out[k] = v * (d * sm.x) - dmin * sm.y;
+        out[i] = v * (d * sm.x) - dmin * sm.y;
     }
 #endif
 #ifdef DT_Q5_K
@@ -68,11 +71,12 @@ fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
     let dmin = w0_f16(b + 2u);
     let sm = scale_min_k4(b + 4u, j);
     let q = b + 48u + (j / 2u) * 32u;
-    for (var k = 0u; k < 8u; k++) {
+    for (var i = 0u; i < 2u; i++) {
+        let k = 2u * jp + i;
         let w = w0_word(q + 4u * k);
         let h = bytes4((w0_word(b + 16u + 4u * k) >> j) & 0x01010101u) * 16.0;
         let v = select(lo4(w), hi4(w), (j & 1u) == 1u) + h;
-        out[k] = v * (d * sm.x) - dmin * sm.y;
+        out[i] = v * (d * sm.x) - dmin * sm.y;
     }
 #endif
 #ifdef DT_Q6_K
@@ -81,13 +85,14 @@ fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
     let t = j % 4u;
     let ql = b + n * 64u + (t & 1u) * 32u;
     let qh = b + 128u + n * 32u;
-    for (var k = 0u; k < 8u; k++) {
+    for (var i = 0u; i < 2u; i++) {
+        let k = 2u * jp + i;
         let w = w0_word(ql + 4u * k);
         let lo = select(lo4(w), hi4(w), t >= 2u);
         let h = bytes4((w0_word(qh + 4u * k) >> (2u * t)) & 0x03030303u) * 16.0;
         let si = b + 192u + n * 8u + k / 4u + 2u * t;
         let sc = f32((bitcast<i32>(w0_byte(si)) << 24u) >> 24u);
-        out[k] = (lo + h - 32.0) * (d * sc);
+        out[i] = (lo + h - 32.0) * (d * sc);
     }
 #endif
 #ifdef DT_Q2_K
@@ -95,12 +100,13 @@ fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
     let dmin = w0_f16(b + 82u);
     let n = j / 4u;
     let t = j % 4u;
-    for (var k = 0u; k < 8u; k++) {
+    for (var i = 0u; i < 2u; i++) {
+        let k = 2u * jp + i;
         let half = k / 4u;
         let sc = w0_byte(b + n * 8u + 2u * t + half);
         let w = w0_word(b + 16u + n * 32u + 4u * k);
         let q = bytes4((w >> (2u * t)) & 0x03030303u);
-        out[k] = q * (d * f32(sc & 0xFu)) - dmin * f32(sc >> 4u);
+        out[i] = q * (d * f32(sc & 0xFu)) - dmin * f32(sc >> 4u);
     }
 #endif
 #ifdef DT_Q3_K
@@ -108,13 +114,16 @@ fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
     let n = j / 4u;
     let t = j % 4u;
     let bit = n * 4u + t;
-    for (var k = 0u; k < 8u; k++) {
+    for (var i = 0u; i < 2u; i++) {
+        let k = 2u * jp + i;
         let half = k / 4u;
         let dl = d * scale_q3k(b + 96u, n * 8u + 2u * t + half);
         let q = bytes4((w0_word(b + 32u + n * 32u + 4u * k) >> (2u * t)) & 0x03030303u);
         let hm = bytes4((w0_word(b + 4u * k) >> bit) & 0x01010101u);
-        out[k] = (q - 4.0 + 4.0 * hm) * dl;
+        out[i] = (q - 4.0 + 4.0 * hm) * dl;
     }
 #endif
     return out;
 }
+
+#include "unit.wgsl"

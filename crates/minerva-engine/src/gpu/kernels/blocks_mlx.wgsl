@@ -1,11 +1,14 @@
 // MLX affine packs: BITS-bit values packed from the least significant bit of u32 words (w0),
-// w = scale·q + bias with one scale (w1) and bias (w2) per GROUP values along the row.
-// 3-, 5- and 6-bit values may straddle two words.
+// w = scale·q + bias with one scale (w1) and bias (w2) per GROUP values along the row. A unit
+// of 32 values fills exactly BITS words; part j is its values 8j..8j+7. 3-, 5- and 6-bit values
+// may straddle two words.
 #include "common.wgsl"
 #include "weights.wgsl"
 
 @group(0) @binding(1) var<storage, read> w1: array<u32>;
 @group(0) @binding(2) var<storage, read> w2: array<u32>;
+
+const PART_SPLIT: bool = false;
 
 fn affine_param(buf: u32, i: u32) -> f32 {
 #ifdef SCALE_F32
@@ -40,21 +43,36 @@ fn packed_value(first_word: u32, i: u32) -> f32 {
     return f32(v & ((1u << BITS) - 1u));
 }
 
-fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
-    var out: Unit;
-    let g = row * (cols / GROUP) + (u * 32u) / GROUP;
-    let scale = affine_param(1u, g);
-    let bias = affine_param(2u, g);
-    // A unit of 32 values fills exactly BITS words.
-    let first_word = (row * (cols / 32u) + u) * BITS;
-    for (var k = 0u; k < 8u; k++) {
-        let v = vec4<f32>(
-            packed_value(first_word, 4u * k),
-            packed_value(first_word, 4u * k + 1u),
-            packed_value(first_word, 4u * k + 2u),
-            packed_value(first_word, 4u * k + 3u),
-        );
-        out[k] = v * scale + bias;
+// Eight values packed in `q` from bit `shift` on, in steps of BITS (4 or fewer bits each).
+fn packed8(q: u32, shift: u32) -> Part {
+    let m = (1u << BITS) - 1u;
+    var out: Part;
+    for (var h = 0u; h < 2u; h++) {
+        let s = shift + 4u * h * BITS;
+        out[h] = vec4<f32>(f32((q >> s) & m), f32((q >> (s + BITS)) & m), f32((q >> (s + 2u * BITS)) & m), f32((q >> (s + 3u * BITS)) & m));
     }
     return out;
 }
+
+fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
+    let g = row * (cols / GROUP) + (u * 32u) / GROUP;
+    let scale = affine_param(1u, g);
+    let bias = affine_param(2u, g);
+    let first_word = (row * (cols / 32u) + u) * BITS;
+    var q: Part;
+    if (BITS == 4u) {
+        q = packed8(w0[first_word + j], 0u);
+    } else if (BITS == 8u) {
+        q = Part(bytes4(w0[first_word + 2u * j]), bytes4(w0[first_word + 2u * j + 1u]));
+    } else if (BITS == 2u) {
+        q = packed8(w0[first_word + j / 2u], 16u * (j & 1u));
+    } else {
+        for (var h = 0u; h < 2u; h++) {
+            let i = 8u * j + 4u * h;
+            q[h] = vec4<f32>(packed_value(first_word, i), packed_value(first_word, i + 1u), packed_value(first_word, i + 2u), packed_value(first_word, i + 3u));
+        }
+    }
+    return Part(q[0] * scale + bias, q[1] * scale + bias);
+}
+
+#include "unit.wgsl"

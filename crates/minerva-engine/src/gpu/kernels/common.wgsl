@@ -3,6 +3,9 @@
 // 32 consecutive weights of one row, as eight vec4s (the unit every decoder produces).
 alias Unit = array<vec4<f32>, 8>;
 
+// A quarter of a unit: 8 of its values as two vec4s, the decode products' grain (unit.wgsl).
+alias Part = array<vec4<f32>, 2>;
+
 fn f16_bits(h: u32) -> f32 {
     return unpack2x16float(h & 0xFFFFu).x;
 }

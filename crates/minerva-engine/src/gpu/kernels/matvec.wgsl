@@ -1,11 +1,13 @@
-// Matrix × vector for decode: y[z][r] = Σ_c W[r][c] · x[z][c] with W in its stored layout,
-// decoded unit by unit (DECODER). Each workgroup owns RPW rows; the TPR = WG / RPW threads of a
-// row stride over its 32-value units and reduce with subgroup adds where the adapter has them.
+// Matrix × vector for decode: y[z][r] = Σ_c W[r][c] · x[z][c] with W in its stored layout
+// (DECODER). Each workgroup owns RPW rows; the TPR = WG / RPW lanes of a row take its parts (8
+// values, a quarter of a 32-value unit: unit.wgsl) in turn, so that neighbouring lanes read
+// neighbouring weight words and x values, and reduce with subgroup adds where the adapter has
+// them (product.wgsl).
 // With MOE, batch item z uses expert ids[z]; a workgroup whose expert lives in another part of
-// the weight (a tensor split across bindings) does nothing.
+// the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
+// product; RESIDUAL also adds each result into `resid` (the residual stream).
 #include "common.wgsl"
 #include DECODER
-#include "xstage.wgsl"
 
 struct Params {
     rows: u32,          // outputs of this dispatch
@@ -23,10 +25,13 @@ struct Params {
     expert_count: u32,
     groups_x: u32,      // workgroups along x (rows are spread over x and y)
     bias_offset: u32,
-    _pad: u32,
+    norm_offset: u32,   // NORM: where the norm's weights start in norm_w
+    eps: f32,           // NORM
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
-// x as vec4s, staged through workgroup memory (xstage.wgsl).
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<uniform> p: Params;
@@ -36,23 +41,20 @@ struct Params {
 #ifdef BIAS
 @group(0) @binding(7) var<storage, read> bias: array<f32>;
 #endif
-
-fn x_vec4(xb: u32, c: u32) -> vec4<f32> {
-    let i = xb + c;
-    if (c + 4u <= p.cols && (i & 3u) == 0u) {
-        return x[i >> 2u];
-    }
-    var v = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) {
-        if (c + j < p.cols) {
-            v[j] = x[(i + j) >> 2u][(i + j) & 3u];
-        }
-    }
-    return v;
-}
+#ifdef NORM
+@group(0) @binding(8) var<storage, read> norm_w: array<f32>;
+#endif
+#ifdef RESIDUAL
+@group(0) @binding(9) var<storage, read_write> resid: array<f32>;
+#endif
 
 const TPR: u32 = WG / RPW;
-var<workgroup> partial: array<f32, WG>;
+#include "product.wgsl"
+
+fn part_value(at: RowAt, i: u32) -> vec4<f32> {
+    let w = load_part(at.w_row, i >> 2u, i & 3u, p.cols);
+    return vec4<f32>(dot_part(w, at.xb, (i >> 2u) * 32u, part_k(i & 3u)), 0.0, 0.0);
+}
 
 @compute @workgroup_size(WG)
 fn main(
@@ -63,6 +65,10 @@ fn main(
     @builtin(subgroup_invocation_id) sg_lane: u32,
 #endif
 ) {
+#ifndef SUBGROUPS
+    let sg_size = 1u;
+    let sg_lane = 0u;
+#endif
     let r_local = lid / TPR;
     let t = lid % TPR;
     let row = (wid.x + wid.y * p.groups_x) * RPW + r_local;
@@ -76,46 +82,18 @@ fn main(
     w_row += (e - p.expert_first) * p.matrix_rows;
     b_row += e * p.bias_stride;
 #endif
-    let xb = p.x_offset + (z / p.x_div) * p.x_stride;
-    let units = (p.cols + 31u) / 32u;
-    var acc = 0.0;
-    for (var base = 0u; base < units; base += CHUNK_UNITS) {
-        stage_x(xb, base, lid);
-        let end = select(base, min(base + CHUNK_UNITS, units), live);
-        for (var u = base + t; u < end; u += TPR) {
-            var w = load_unit(w_row, u, p.cols);
-            for (var k = 0u; k < 8u; k++) {
-                acc += dot(w[k], staged(u - base, k));
-            }
-        }
-    }
-#ifdef SUBGROUPS
-    let s = subgroupAdd(acc);
-    if (sg_lane == 0u) {
-        partial[lid / sg_size] = s;
-    }
-    workgroupBarrier();
-    let per_row = TPR / sg_size;
+    let at = RowAt(w_row, p.x_offset + (z / p.x_div) * p.x_stride, row);
+    let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
+    let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
     if (t == 0u && live) {
-        var total = 0.0;
-        for (var i = 0u; i < per_row; i++) {
-            total += partial[r_local * per_row + i];
-        }
-#else
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var step = TPR / 2u; step > 0u; step >>= 1u) {
-        if (t < step) {
-            partial[lid] += partial[lid + step];
-        }
-        workgroupBarrier();
-    }
-    if (t == 0u && live) {
-        var total = partial[lid];
-#endif
+        var total = finish(s.x, s);
 #ifdef BIAS
         total += bias[p.bias_offset + b_row];
 #endif
-        y[p.y_offset + z * p.y_stride + row] = total;
+        let o = p.y_offset + z * p.y_stride + row;
+        y[o] = total;
+#ifdef RESIDUAL
+        resid[o] += total;
+#endif
     }
 }

@@ -1,10 +1,11 @@
 // Decode products of one input with two or three weights in one dispatch (each weight read
-// through its own decoder instance: load_unit_0, load_unit_1, load_unit_2).
+// through its own decoder instance: load_part_0, load_part_1, load_part_2).
 //   SPLIT  outputs [0, rows0) from weight 0 into y0, the next rows1 from weight 1 into y1, the
 //          next rows2 from weight 2 into y2 (q, k and v).
 //   GLU    output r = act(W0[r]·x, W1[r]·x) into y0 (gate, up and the activation): SiLU, or
 //          gpt-oss's clamped GLU with OSS.
-// Layout as matvec.wgsl: RPW rows per workgroup of WG threads, 32-value units per thread.
+// NORM folds an RMSNorm of x into the products (product.wgsl). Layout as matvec.wgsl: RPW rows
+// per workgroup of WG threads, the lanes of a row taking its 8-value parts in turn.
 struct Params {
     rows0: u32,
     rows1: u32,
@@ -14,9 +15,12 @@ struct Params {
     groups_x: u32,
     alpha: f32,
     limit: f32,
+    norm_offset: u32,
+    eps: f32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
-// x as vec4s, staged through workgroup memory (xstage.wgsl).
 @group(0) @binding(30) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(31) var<storage, read_write> y0: array<f32>;
 #ifdef SPLIT
@@ -26,111 +30,83 @@ struct Params {
 #endif
 #endif
 @group(0) @binding(34) var<uniform> p: Params;
-
-#include "xstage.wgsl"
+#ifdef NORM
+@group(0) @binding(35) var<storage, read> norm_w: array<f32>;
+#endif
 
 const TPR: u32 = WG / RPW;
-var<workgroup> partial: array<f32, WG>;
+#include "product.wgsl"
 
-fn x_vec4(xb: u32, c: u32) -> vec4<f32> {
-    let b = xb + c;
-    if (c + 4u <= p.cols && (b & 3u) == 0u) {
-        return x[b >> 2u];
+fn part_value(at: RowAt, i: u32) -> vec4<f32> {
+    let u = i >> 2u;
+    let j = i & 3u;
+    let c = u * 32u;
+    let row = at.row;
+#ifdef GLU
+    let g = dot_part(load_part_0(row, u, j, p.cols), at.xb, c, part_k_0(j));
+    let v = dot_part(load_part_1(row, u, j, p.cols), at.xb, c, part_k_1(j));
+    return vec4<f32>(g, v.x, 0.0);
+#else
+    if (row < p.rows0) {
+        return vec4<f32>(dot_part(load_part_0(row, u, j, p.cols), at.xb, c, part_k_0(j)), 0.0, 0.0);
     }
-    var v = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) {
-        if (c + j < p.cols) {
-            v[j] = x[(b + j) >> 2u][(b + j) & 3u];
-        }
+    if (row < p.rows0 + p.rows1) {
+        return vec4<f32>(dot_part(load_part_1(row - p.rows0, u, j, p.cols), at.xb, c, part_k_1(j)), 0.0, 0.0);
     }
-    return v;
-}
-
-// One unit of a weight row against staged unit `lu` of x.
-fn dot_unit(unit: Unit, lu: u32) -> f32 {
-    // A `var`: indexing a value array with a loop index copies the whole array each time.
-    var w = unit;
-    var s = 0.0;
-    for (var k = 0u; k < 8u; k++) {
-        s += dot(w[k], staged(lu, k));
-    }
-    return s;
-}
-
-// Sum of `v` over the TPR threads of each row; the total is valid in thread t == 0 of the row.
-fn row_sum(v: f32, lid: u32) -> f32 {
-    partial[lid] = v;
-    workgroupBarrier();
-    let t = lid % TPR;
-    for (var step = TPR / 2u; step > 0u; step >>= 1u) {
-        if (t < step) {
-            partial[lid] += partial[lid + step];
-        }
-        workgroupBarrier();
-    }
-    let total = partial[lid];
-    workgroupBarrier();
-    return total;
+#ifdef THREE
+    return vec4<f32>(dot_part(load_part_2(row - p.rows0 - p.rows1, u, j, p.cols), at.xb, c, part_k_2(j)), 0.0, 0.0);
+#else
+    return vec4<f32>(0.0);
+#endif
+#endif
 }
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+#ifdef SUBGROUPS
+    @builtin(subgroup_size) sg_size: u32,
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+#endif
+) {
+#ifndef SUBGROUPS
+    let sg_size = 1u;
+    let sg_lane = 0u;
+#endif
     let t = lid % TPR;
     let row = (wid.x + wid.y * p.groups_x) * RPW + lid / TPR;
-    let units = (p.cols + 31u) / 32u;
+    let at = RowAt(0u, p.x_offset, row);
 #ifdef GLU
     let live = row < p.rows0;
-    var g = 0.0;
-    var u = 0.0;
-    for (var base = 0u; base < units; base += CHUNK_UNITS) {
-        stage_x(p.x_offset, base, lid);
-        let end = select(base, min(base + CHUNK_UNITS, units), live);
-        for (var i = base + t; i < end; i += TPR) {
-            g += dot_unit(load_unit_0(row, i, p.cols), i - base);
-            u += dot_unit(load_unit_1(row, i, p.cols), i - base);
-        }
-    }
-    let gs = row_sum(g, lid);
-    let us = row_sum(u, lid);
+#else
+    let live = row < p.rows0 + p.rows1 + p.rows2;
+#endif
+    let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
+    let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
     if (t == 0u && live) {
+#ifdef GLU
+        // Σx² rides along with the gate's sums (y); z holds the up product.
+        let gt = finish(s.x, s);
+        let ut = finish(s.z, s);
 #ifdef OSS
-        let gc = min(gs, p.limit);
-        let uc = clamp(us, -p.limit, p.limit);
+        let gc = min(gt, p.limit);
+        let uc = clamp(ut, -p.limit, p.limit);
         y0[row] = (uc + 1.0) * gc / (1.0 + exp(-p.alpha * gc));
 #else
-        y0[row] = gs / (1.0 + exp(-gs)) * us;
+        y0[row] = gt / (1.0 + exp(-gt)) * ut;
 #endif
-    }
 #else
-    let total_rows = p.rows0 + p.rows1 + p.rows2;
-    let live = row < total_rows;
-    var acc = 0.0;
-    for (var base = 0u; base < units; base += CHUNK_UNITS) {
-        stage_x(p.x_offset, base, lid);
-        let end = select(base, min(base + CHUNK_UNITS, units), live);
-        for (var i = base + t; i < end; i += TPR) {
-            if (row < p.rows0) {
-                acc += dot_unit(load_unit_0(row, i, p.cols), i - base);
-            } else if (row < p.rows0 + p.rows1) {
-                acc += dot_unit(load_unit_1(row - p.rows0, i, p.cols), i - base);
-            } else {
-#ifdef THREE
-                acc += dot_unit(load_unit_2(row - p.rows0 - p.rows1, i, p.cols), i - base);
-#endif
-            }
-        }
-    }
-    let s = row_sum(acc, lid);
-    if (t == 0u && live) {
+        let total = finish(s.x, s);
         if (row < p.rows0) {
-            y0[row] = s;
+            y0[row] = total;
         } else if (row < p.rows0 + p.rows1) {
-            y1[row - p.rows0] = s;
+            y1[row - p.rows0] = total;
         } else {
 #ifdef THREE
-            y2[row - p.rows0 - p.rows1] = s;
+            y2[row - p.rows0 - p.rows1] = total;
 #endif
         }
-    }
 #endif
+    }
 }

@@ -14,14 +14,14 @@ fn w0_u16(b: u32) -> u32 {
     return (w0[b >> 2u] >> ((b & 3u) * 8u)) & 0xFFFFu;
 }
 
-// Four bytes from any byte offset.
+// Four bytes from any byte offset. Without a branch: lanes reading blocks of alternating
+// alignment (Q4_0's 18 bytes) would otherwise run both paths.
 fn w0_word(b: u32) -> u32 {
     let i = b >> 2u;
     let s = (b & 3u) * 8u;
-    if (s == 0u) {
-        return w0[i];
-    }
-    return (w0[i] >> s) | (w0[i + 1u] << (32u - s));
+    let lo = w0[i];
+    let hi = w0[i + 1u];
+    return select((lo >> s) | (hi << ((32u - s) & 31u)), lo, s == 0u);
 }
 
 fn w0_f16(b: u32) -> f32 {

@@ -1,0 +1,24 @@
+// Units of 32 values assembled from a decoder's four parts. Decoders define `load_part(row, u,
+// j, cols) -> Part` (part j of unit u of a row) and PART_SPLIT: whether part j holds the unit's
+// vec4s j and j + 4 (nibble blocks: low and high nibbles of the same bytes) or 2j and 2j + 1.
+// Decode products read parts, so that four neighbouring lanes share a unit and their loads of
+// weights and of x fall on neighbouring addresses; prefill tiles and embedding rows read units.
+
+// The unit's vec4 indices that part j holds.
+fn part_k(j: u32) -> vec2<u32> {
+    if (PART_SPLIT) {
+        return vec2<u32>(j, j + 4u);
+    }
+    return vec2<u32>(2u * j, 2u * j + 1u);
+}
+
+fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
+    var out: Unit;
+    for (var j = 0u; j < 4u; j++) {
+        let p = load_part(row, u, j, cols);
+        let k = part_k(j);
+        out[k.x] = p[0];
+        out[k.y] = p[1];
+    }
+    return out;
+}
