@@ -313,19 +313,20 @@ impl Model {
 
             // Feed-forward: norm, then a dense gated FFN or the MoE block; residual.
             b.rms_norm(s.x, lw.ffn_norm, s.h, n, hidden, eps)?;
-            match &lw.ffn {
+            let out = match &lw.ffn {
                 FfnWeights::Dense(f) => {
                     b.matmul(s.h, &f.gate, s.gate, n)?;
                     b.matmul(s.h, &f.up, s.up, n)?;
                     b.glu(s.gate, s.up, s.act, n, spec.activation)?;
                     b.matmul(s.act, &f.down, s.h, n)?;
+                    s.h
                 }
                 FfnWeights::Moe(m) => {
                     b.moe(s.h, m, s.moe_out, n)?;
-                    b.copy_rows(s.moe_out, 0, s.h, 0, n)?;
+                    s.moe_out
                 }
-            }
-            b.add(s.x, s.h, n)?;
+            };
+            b.add(s.x, out, n)?;
         }
         Ok(())
     }

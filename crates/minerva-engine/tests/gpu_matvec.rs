@@ -692,6 +692,7 @@ fn fused_products_over_several_weights() {
                 &[&outs[0], &outs[1], &outs[2]],
                 Multi::Split,
                 None,
+                &[],
             )
             .unwrap();
         ctx.submit(&[&d]).unwrap();
@@ -712,7 +713,7 @@ fn fused_products_over_several_weights() {
         ] {
             let yb = ctx.storage("act", (45 * 4) as u64);
             let d = ops
-                .matvec_multi(&[&ws[0], &ws[3]], xr, &[&yb], Multi::Glu(op), None)
+                .matvec_multi(&[&ws[0], &ws[3]], xr, &[&yb], Multi::Glu(op), None, &[])
                 .unwrap();
             ctx.submit(&[&d]).unwrap();
             let got = ctx.read_f32(&yb, 0, 45).unwrap();
@@ -736,7 +737,7 @@ fn fused_products_over_several_weights() {
 }
 
 /// RMSNorm(x)·g folded into decode products, and results added into a residual stream, against
-/// the CPU: a norm then a product, and a product then an add.
+/// the CPU: a norm then a product (with biases), and a product then an add.
 #[test]
 fn products_fold_the_norm_and_the_residual_add() {
     let Some(ctx) = shared() else { return };
@@ -797,10 +798,17 @@ fn products_fold_the_norm_and_the_residual_add() {
         let mag_resid: Vec<f32> = (0..rows).map(|r| mag[r] + resid0[r].abs()).collect();
         assert_dots_close("residual stream", &resid, &with_resid, &mag_resid, 2e-5);
 
-        // Two weights split, and gate/up/act, with the norm folded in.
+        // Two weights split, with the norm folded in and biases added, and gate/up/act.
         let outs: Vec<wgpu::Buffer> = (0..2)
             .map(|i| ctx.storage("y", (stored[i].rows * 4) as u64))
             .collect();
+        let bias = rng.vec(100);
+        let bb = ctx.storage_with("biases", &bias);
+        let biases = [3u32, 50].map(|offset| Bias {
+            buf: &bb,
+            offset,
+            expert_stride: 0,
+        });
         let xr = Region::new(&xb, 0, 0);
         let d = ops
             .matvec_multi(
@@ -809,11 +817,16 @@ fn products_fold_the_norm_and_the_residual_add() {
                 &[&outs[0], &outs[1]],
                 Multi::Split,
                 norm,
+                &biases,
             )
             .unwrap();
         ctx.submit(&[&d]).unwrap();
         for i in 0..2 {
-            let (want, mag) = cpu_matmul(&refs[i], &normed, stored[i].rows, cols, 1);
+            let (mut want, mag) = cpu_matmul(&refs[i], &normed, stored[i].rows, cols, 1);
+            let first = biases[i].offset as usize;
+            for (r, v) in want.iter_mut().enumerate() {
+                *v += bias[first + r];
+            }
             let got = ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap();
             assert_dots_close(&format!("normed split output {i}"), &got, &want, &mag, 2e-5);
         }

@@ -39,9 +39,9 @@ struct Kv {
     cache_len: usize,
 }
 
-/// Consecutive fusable products: their input, (weight, output) pairs, the pending length
+/// Consecutive fusable products: their input, (weight, output, bias) triples, the pending length
 /// after their dispatch, and the deferred norm they fold in.
-type Products = (BufId, Vec<(WeightId, BufId)>, usize, Option<Deferred>);
+type Products = (BufId, Vec<(WeightId, BufId, Option<VecRef>)>, usize, Option<Deferred>);
 
 /// An RMSNorm of one row (over whole rows) that was recorded but not dispatched: decode products
 /// of `out` read `x` and fold the norm in (`NormFold`). If anything else reads `out` before it
@@ -466,12 +466,11 @@ impl GpuBackend {
         }
     }
 
-    /// Whether `lin` is a whole, unsplit, bias-free weight that a fused product can read.
+    /// Whether `lin` is a whole, unsplit weight that a fused product can read.
     fn fusable(&self, lin: &Linear) -> bool {
         let m = &lin.w;
         self.weight(m.weight).is_ok_and(|w| {
-            lin.bias.is_none()
-                && w.parts.len() == 1
+            w.parts.len() == 1
                 && w.shape.len() == 2
                 && *m == MatView::plain(m.weight, w.rows, w.cols)
         })
@@ -853,7 +852,9 @@ impl Backend for GpuBackend {
                     && pnorm == norm
                     && items.len() < 3
                     && at == self.pending.len()
-                    && items.iter().all(|i| i.1 != out) =>
+                    && items
+                        .iter()
+                        .all(|i| i.1 != out && i.2.is_some() == lin.bias.is_some()) =>
             {
                 self.pending.pop();
                 Some(items)
@@ -862,14 +863,20 @@ impl Backend for GpuBackend {
         };
         let Some(mut items) = joined else {
             self.single_product(x, lin, out, n, norm)?;
-            self.products = Some((x, vec![(lin.w.weight, out)], self.pending.len(), norm));
+            let first = vec![(lin.w.weight, out, lin.bias)];
+            self.products = Some((x, first, self.pending.len(), norm));
             return Ok(());
         };
-        items.push((lin.w.weight, out));
+        items.push((lin.w.weight, out, lin.bias));
+        let mut biases = Vec::new();
+        for b in items.iter().filter_map(|i| i.2) {
+            biases.push(self.vector(&b)?);
+        }
         let key = key!(
             "products",
             x,
             items.iter().map(|i| (i.0 .0, i.1 .0)).collect::<Vec<_>>(),
+            biases.clone(),
             norm.map(|d| d.x),
             norm.map(|d| d.weight),
             norm.map(|d| d.eps)
@@ -882,12 +889,21 @@ impl Backend for GpuBackend {
                 .map(|i| s.buf(i.1).map(|b| &b.buf))
                 .collect::<Result<_>>()?;
             let input = norm.map(|d| d.x).unwrap_or(x);
+            let biases: Vec<Bias> = biases
+                .iter()
+                .map(|&(wid, off)| Bias {
+                    buf: s.vector_buf(wid),
+                    offset: off,
+                    expert_stride: 0,
+                })
+                .collect();
             Ok(vec![s.ops.matvec_multi(
                 &ws,
                 Region::new(&s.buf(input)?.buf, 0, 0),
                 &outs,
                 Multi::Split,
                 norm.map(|d| s.norm_fold(&d)),
+                &biases,
             )?])
         })?;
         self.products = Some((x, items, self.pending.len(), norm));
@@ -1043,7 +1059,11 @@ impl Backend for GpuBackend {
         self.touch(&[gate, up, out])?;
         // Right after the gate and up products of one vector: one dispatch does all three.
         if let Some((x, items, at, norm)) = self.products.take() {
-            let pair = items.len() == 2 && items[0].1 == gate && items[1].1 == up && out != x;
+            let pair = items.len() == 2
+                && items[0].1 == gate
+                && items[1].1 == up
+                && out != x
+                && items.iter().all(|i| i.2.is_none());
             if pair && at == self.pending.len() && n == 1 {
                 let (wg, wu) = (items[0].0, items[1].0);
                 if self.weight(wg)?.rows == self.weight(wu)?.rows {
@@ -1070,6 +1090,7 @@ impl Backend for GpuBackend {
                             &[&s.buf(out)?.buf],
                             Multi::Glu(op),
                             norm.map(|d| s.norm_fold(&d)),
+                            &[],
                         )?])
                     });
                 }

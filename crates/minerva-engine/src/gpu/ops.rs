@@ -343,7 +343,8 @@ struct MultiParams {
     limit: f32,
     norm_offset: u32,
     eps: f32,
-    _pad: [u32; 2],
+    bias_offsets: [u32; 3],
+    _pad: [u32; 3],
 }
 
 /// How a decode product over several weights (`Ops::matvec_multi`) uses them.
@@ -443,17 +444,26 @@ impl KvCache {
 pub struct Ops {
     pub ctx: Arc<GpuContext>,
     pipelines: Arc<Pipelines>,
+    /// Decode products' workgroup size and rows per workgroup.
+    product_shape: (u32, u32),
 }
 
-const MATVEC_WG: u32 = 128;
-const MATVEC_RPW: u32 = 2;
+/// Decode products' default workgroup: 128 threads over 2 rows.
+pub const PRODUCT_SHAPE: (u32, u32) = (128, 2);
 
 impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
         Ops {
             ctx,
             pipelines: Arc::new(Pipelines::default()),
+            product_shape: PRODUCT_SHAPE,
         }
+    }
+
+    /// Sets the decode products' workgroup size and rows per workgroup (both powers of two,
+    /// rows ≤ size / 4), for measuring shapes against each other.
+    pub fn set_product_shape(&mut self, wg: u32, rows: u32) {
+        self.product_shape = (wg, rows);
     }
 
     fn pipeline(
@@ -478,12 +488,10 @@ impl Ops {
     /// Workgroup shape of the decode products, and subgroup reductions where every subgroup
     /// lies within one row's lanes.
     fn product_defines(&self) -> Defines {
-        let tpr = MATVEC_WG / MATVEC_RPW;
+        let (wg, rpw) = self.product_shape;
+        let tpr = wg / rpw;
         let caps = self.ctx.caps;
-        let mut d = defines(&[
-            ("WG", format!("{MATVEC_WG}u")),
-            ("RPW", format!("{MATVEC_RPW}u")),
-        ]);
+        let mut d = defines(&[("WG", format!("{wg}u")), ("RPW", format!("{rpw}u"))]);
         if caps.subgroups && caps.subgroup_max <= tpr && tpr.is_multiple_of(caps.subgroup_max) {
             d.insert("SUBGROUPS".into(), String::new());
         }
@@ -628,7 +636,7 @@ impl Ops {
         for r in ranges {
             let part = &w.parts[r.part];
             let rows = (r.j_hi - r.j_lo) as u32;
-            let (gx, gy) = grid2(rows.div_ceil(MATVEC_RPW));
+            let (gx, gy) = grid2(rows.div_ceil(self.product_shape.1));
             let params = MatvecParams {
                 rows,
                 cols: sel.in_dim as u32,
@@ -683,6 +691,7 @@ impl Ops {
         outs: &[&wgpu::Buffer],
         mode: Multi,
         norm: Option<NormFold>,
+        biases: &[Bias],
     ) -> GpuResult<Dispatch> {
         let bad = |reason: String| GpuError::Unsupported {
             tensor: weights.first().map(|w| w.name.clone()).unwrap_or_default(),
@@ -695,7 +704,9 @@ impl Ops {
                 weights.len() == 2 && outs.len() == 1 && weights[0].rows == weights[1].rows
             }
         };
+        let biases_ok = biases.is_empty() || (!glu && biases.len() == weights.len());
         if !shape_ok
+            || !biases_ok
             || weights
                 .iter()
                 .any(|w| w.parts.len() != 1 || w.cols != weights[0].cols)
@@ -721,13 +732,16 @@ impl Ops {
         if norm.is_some() {
             d.insert("NORM".into(), String::new());
         }
+        if !biases.is_empty() {
+            d.insert("BIAS".into(), String::new());
+        }
         let decoders: Vec<Defines> = weights.iter().map(|w| w.decoder()).collect();
         let pipe =
             self.pipelines
                 .get_multi(&self.ctx, "matvec_multi.wgsl", &d, &decoders, "main")?;
         let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
         let total = if glu { rows[0] } else { rows.iter().sum() };
-        let (gx, gy) = grid2(total.div_ceil(MATVEC_RPW));
+        let (gx, gy) = grid2(total.div_ceil(self.product_shape.1));
         let (alpha, limit) = match mode {
             Multi::Glu(Eltwise::GluOss { alpha, limit }) => (alpha, limit),
             _ => (0.0, 0.0),
@@ -743,7 +757,8 @@ impl Ops {
             limit,
             norm_offset: norm.map(|n| n.offset).unwrap_or(0),
             eps: norm.map(|n| n.eps).unwrap_or(0.0),
-            _pad: [0; 2],
+            bias_offsets: std::array::from_fn(|i| biases.get(i).map(|b| b.offset).unwrap_or(0)),
+            _pad: [0; 3],
         };
         let ub = self.ctx.uniform("multi params", &params);
         let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
@@ -763,6 +778,9 @@ impl Ops {
         entries.push((34, &ub));
         if let Some(n) = &norm {
             entries.push((35, n.buf));
+        }
+        for (i, b) in biases.iter().enumerate() {
+            entries.push((36 + i as u32, b.buf));
         }
         Ok(self.dispatch(pipe, &entries, [gx, gy, 1]))
     }

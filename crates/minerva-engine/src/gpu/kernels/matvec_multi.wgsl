@@ -4,7 +4,8 @@
 //          next rows2 from weight 2 into y2 (q, k and v).
 //   GLU    output r = act(W0[r]·x, W1[r]·x) into y0 (gate, up and the activation): SiLU, or
 //          gpt-oss's clamped GLU with OSS.
-// NORM folds an RMSNorm of x into the products (product.wgsl). Layout as matvec.wgsl: RPW rows
+// NORM folds an RMSNorm of x into the products (product.wgsl); with BIAS (SPLIT only) each
+// weight's outputs get its bias added. Layout as matvec.wgsl: RPW rows
 // per workgroup of WG threads, the lanes of a row taking its 8-value parts in turn.
 struct Params {
     rows0: u32,
@@ -17,8 +18,12 @@ struct Params {
     limit: f32,
     norm_offset: u32,
     eps: f32,
+    bias0: u32,         // BIAS: where each weight's bias starts in its buffer
+    bias1: u32,
+    bias2: u32,
     _pad0: u32,
     _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(30) var<storage, read> x: array<vec4<f32>>;
@@ -32,6 +37,13 @@ struct Params {
 @group(0) @binding(34) var<uniform> p: Params;
 #ifdef NORM
 @group(0) @binding(35) var<storage, read> norm_w: array<f32>;
+#endif
+#ifdef BIAS
+@group(0) @binding(36) var<storage, read> b0: array<f32>;
+@group(0) @binding(37) var<storage, read> b1: array<f32>;
+#ifdef THREE
+@group(0) @binding(38) var<storage, read> b2: array<f32>;
+#endif
 #endif
 
 const TPR: u32 = WG / RPW;
@@ -99,12 +111,26 @@ fn main(
 #else
         let total = finish(s.x, s);
         if (row < p.rows0) {
+#ifdef BIAS
+            y0[row] = total + b0[p.bias0 + row];
+#else
             y0[row] = total;
+#endif
         } else if (row < p.rows0 + p.rows1) {
-            y1[row - p.rows0] = total;
+            let r = row - p.rows0;
+#ifdef BIAS
+            y1[r] = total + b1[p.bias1 + r];
+#else
+            y1[r] = total;
+#endif
         } else {
 #ifdef THREE
-            y2[row - p.rows0 - p.rows1] = total;
+            let r = row - p.rows0 - p.rows1;
+#ifdef BIAS
+            y2[r] = total + b2[p.bias2 + r];
+#else
+            y2[r] = total;
+#endif
 #endif
         }
 #endif

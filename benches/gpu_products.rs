@@ -1,0 +1,135 @@
+//! GPU decode products alone: one product kernel dispatched many times in one submit, so that
+//! the time per dispatch is the kernel's (plus the barrier between dispatches), for the shapes
+//! of tinyllama-1.1b and gpt-oss-20b and several workgroup shapes. Needs a GPU adapter; prints
+//! a note and measures nothing without one.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use minerva_engine::gpu::pipelines::Dispatch;
+use minerva_engine::gpu::{Eltwise, Folds, GpuContext, GpuOptions, GpuWeight, MatSel, Ops, Region};
+use minerva_formats::{DType, TensorData, TensorView};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Dispatches per submit: enough that the submit and wait are a small share.
+const REPEAT: usize = 200;
+
+/// Random stored bytes of a weight with finite, moderate scales.
+fn weight_bytes(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut byte = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state as u8
+    };
+    let half = half::f16::from_f32(0.01).to_le_bytes();
+    match dtype {
+        DType::Q4_0 => (0..rows * cols / 32)
+            .flat_map(|_| {
+                let mut b = half.to_vec();
+                b.extend((0..16).map(|_| byte()));
+                b
+            })
+            .collect(),
+        DType::Q8_0 => (0..rows * cols / 32)
+            .flat_map(|_| {
+                let mut b = half.to_vec();
+                b.extend((0..32).map(|_| byte() & 0x3F));
+                b
+            })
+            .collect(),
+        _ => (0..rows * cols).flat_map(|_| [byte(), 0x1C]).collect(),
+    }
+}
+
+fn context() -> Option<Arc<GpuContext>> {
+    match GpuContext::new(&GpuOptions::default()) {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e) => {
+            eprintln!("gpu_products: no GPU adapter ({e}); nothing measured");
+            None
+        }
+    }
+}
+
+/// Times `REPEAT` copies of `d` per submit; reports the time per copy.
+fn time_dispatch(c: &mut Criterion, ctx: &GpuContext, name: &str, d: &Dispatch) {
+    let list: Vec<&Dispatch> = vec![d; REPEAT];
+    c.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                ctx.submit(&list).expect("submit");
+                ctx.wait().expect("wait");
+                total += t.elapsed() / REPEAT as u32;
+            }
+            total
+        })
+    });
+}
+
+fn products(c: &mut Criterion) {
+    let Some(ctx) = context() else { return };
+    eprintln!("gpu_products on {}", ctx.describe());
+    let x = ctx.storage_with("x", &vec![0.5f32; 8192]);
+    let y = ctx.storage("y", 4 * 201_088);
+    let mut ops = Ops::new(ctx.clone());
+
+    let tiny = ops
+        .eltwise(
+            Eltwise::Copy,
+            Region::new(&x, 0, 1),
+            None,
+            Region::new(&y, 0, 1),
+            1,
+            1,
+        )
+        .expect("copy");
+    time_dispatch(c, &ctx, "dispatch floor (1-value copy)", &tiny);
+
+    let shapes = [
+        (DType::Q4_0, 2048, 2048),
+        (DType::Q4_0, 32000, 2048),
+        (DType::Q8_0, 2048, 2048),
+        (DType::F16, 2048, 2048),
+        (DType::Q4_0, 2048, 5632),
+    ];
+    for (dtype, rows, cols) in shapes {
+        let bytes = weight_bytes(dtype, rows, cols);
+        let view = TensorView {
+            name: "w",
+            shape: vec![rows, cols],
+            dtype,
+            data: TensorData::Plain(&bytes),
+        };
+        let w = GpuWeight::upload(&ctx, &view, 1).expect("upload");
+        for (wg, rpw) in [(128, 2), (128, 4), (256, 8), (64, 2), (256, 2)] {
+            ops.set_product_shape(wg, rpw);
+            let d = ops
+                .matvec(
+                    &w,
+                    &MatSel::whole(&w),
+                    Region::new(&x, 0, cols as u32),
+                    Region::new(&y, 0, rows as u32),
+                    1,
+                    None,
+                    None,
+                    Folds::default(),
+                )
+                .expect("matvec");
+            let name = format!("{} {rows}x{cols} wg {wg} rows {rpw}", dtype.name());
+            time_dispatch(c, &ctx, &name, &d[0]);
+        }
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    targets = products
+}
+criterion_main!(benches);
