@@ -361,7 +361,10 @@ fn attention_case(
         shape.window,
         shape.cache_len,
         sinks.is_some(),
-        rope.map_or("no".into(), |r| format!("{}/{}/{}", r.rot, r.halves, r.mscale))
+        rope.map_or("no".into(), |r| format!(
+            "{}/{}/{}",
+            r.rot, r.halves, r.mscale
+        ))
     );
     let mut pos = 0;
     while pos < total {
@@ -370,7 +373,10 @@ fn attention_case(
         } else {
             then.min(total - pos)
         };
-        let (qs, ks) = (pos * h_n * d..(pos + n) * h_n * d, pos * kv_n * d..(pos + n) * kv_n * d);
+        let (qs, ks) = (
+            pos * h_n * d..(pos + n) * h_n * d,
+            pos * kv_n * d..(pos + n) * kv_n * d,
+        );
         let qb = ctx.storage_with("q", &q[qs.clone()]);
         let ob = ctx.storage("out", ((n * h_n * d + 1) * 4) as u64);
         ctx.queue.write_buffer(
@@ -588,9 +594,27 @@ fn rope_write_then_decode_attention_in_one_dispatch() {
     );
     // 64 query heads of 32 values on one KV head: the most one workgroup holds; each split
     // takes its block of keys 16 at a time.
-    attention_case(&ctx, shape(64, 1, 32, 120, 0, 0.2), true, None, 100, 90, 1, None);
+    attention_case(
+        &ctx,
+        shape(64, 1, 32, 120, 0, 0.2),
+        true,
+        None,
+        100,
+        90,
+        1,
+        None,
+    );
     // 8 query heads of 512 values exceed it: two passes, also for one query.
-    attention_case(&ctx, shape(8, 1, 512, 40, 0, 0.05), false, None, 36, 33, 1, None);
+    attention_case(
+        &ctx,
+        shape(8, 1, 512, 40, 0, 0.05),
+        false,
+        None,
+        36,
+        33,
+        1,
+        None,
+    );
 }
 
 #[test]
@@ -730,7 +754,10 @@ fn argmax_and_top_k() {
         let lb = ctx.storage_with("logits", &logits);
         let ib = ctx.storage("ids", (rows * k * 4) as u64);
         let vb = ctx.storage("values", (rows * k * 4) as u64);
-        let lists = ctx.storage("lists", select_scratch_len(n as u32, rows as u32, k as u32) * 4);
+        let lists = ctx.storage(
+            "lists",
+            select_scratch_len(n as u32, rows as u32, k as u32) * 4,
+        );
         let counters = ctx.storage("counters", rows as u64 * 4);
         let what = format!("{rows} rows of {n}");
         let d = ops
@@ -744,7 +771,15 @@ fn argmax_and_top_k() {
         }
         let d = ops
             .top_k(
-                &lb, 0, n as u32, rows as u32, k as u32, &ib, &vb, &lists, &counters,
+                &lb,
+                0,
+                n as u32,
+                rows as u32,
+                k as u32,
+                &ib,
+                &vb,
+                &lists,
+                &counters,
             )
             .unwrap();
         run(&ctx, &[&d]);
@@ -755,7 +790,11 @@ fn argmax_and_top_k() {
         for r in 0..rows {
             for s in 0..k {
                 let want = orders[r][s];
-                assert_eq!(ids[r * k + s] as usize, want, "top-{k} {what}: row {r} rank {s}");
+                assert_eq!(
+                    ids[r * k + s] as usize,
+                    want,
+                    "top-{k} {what}: row {r} rank {s}"
+                );
                 assert_eq!(vals[r * k + s], logits[r * n + want]);
             }
         }

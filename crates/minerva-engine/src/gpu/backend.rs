@@ -840,6 +840,9 @@ impl Backend for GpuBackend {
                 p.n_heads, p.n_kv_heads, p.head_dim
             )));
         }
+        if [q, k, v].contains(&out) {
+            return Err(bad("attention: the output buffer is also an input".into()));
+        }
         self.check_rows(q, p.n, Some(qd), "attention q")?;
         self.check_rows(k, p.n, Some(kd), "attention k")?;
         self.check_rows(v, p.n, Some(kd), "attention v")?;

@@ -1044,10 +1044,9 @@ impl Ops {
             v: v.offset,
             ..AttnOffsets::default()
         };
-        let ub = self.ctx.uniform(
-            "kv params",
-            &self.attn_params(shape, tokens, offsets, None),
-        );
+        let ub = self
+            .ctx
+            .uniform("kv params", &self.attn_params(shape, tokens, offsets, None));
         let per_token = shape.kv_heads * shape.head_dim / 2;
         Ok(self.dispatch(
             pipe,
@@ -1078,7 +1077,10 @@ impl Ops {
         step: &wgpu::Buffer,
         tokens: u32,
     ) -> GpuResult<Dispatch> {
-        if shape.head_dim > 512 || rotary.rot_dim > shape.head_dim || rotary.rot_dim % 2 != 0 {
+        if shape.head_dim > 512
+            || rotary.rot_dim > shape.head_dim
+            || !rotary.rot_dim.is_multiple_of(2)
+        {
             return Err(GpuError::Validation(format!(
                 "rope_write: {} rotated dims of heads of {} (at most 512)",
                 rotary.rot_dim, shape.head_dim
