@@ -20,7 +20,7 @@ struct Params {
     head_dim: u32,
     cache_len: u32,
     window: u32,      // 0: attend to every earlier position
-    chunks: u32,      // splits per (head, token) in the scratch buffer
+    chunks: u32,      // splits per (head, token) in the scratch buffer; decode: per KV head
     q_offset: u32,
     k_offset: u32,    // write_kv: offset of the new keys
     v_offset: u32,
