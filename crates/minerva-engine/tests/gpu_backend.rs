@@ -24,10 +24,14 @@ fn backend() -> Option<GpuBackend> {
 
 #[test]
 fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
-    for fixture in [
-        "llama/gguf-q4_0/llama-Q4_0.gguf",
-        "gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf",
-        "llama/mlx-4bit",
+    // Dispatches per decode token of the 2-layer fixtures: the embedding; per llama layer 8 —
+    // norm (fused with the residual add before it), q/k/v product, RoPE with the cache write,
+    // attention, output product, add + norm, gate/up/act product, down product; then the last
+    // add, the row copy, the final norm, the output product and argmax.
+    for (fixture, dispatches) in [
+        ("llama/gguf-q4_0/llama-Q4_0.gguf", 22),
+        ("gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf", 38),
+        ("llama/mlx-4bit", 22),
     ] {
         let Some(b) = backend() else { return };
         let ctx = b.context().clone();
@@ -57,6 +61,10 @@ fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
                 ctx.submits() - before,
                 submit_sizes(launches as usize).len() as u64,
                 "{fixture}: submits in one decode step of {launches} dispatches"
+            );
+            assert_eq!(
+                launches, dispatches,
+                "{fixture}: dispatches in one decode step"
             );
             eprintln!("{fixture}: {launches} dispatches in one decode step");
         }

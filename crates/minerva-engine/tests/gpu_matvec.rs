@@ -838,6 +838,7 @@ fn products_fold_the_norm_and_the_residual_add() {
                 &[&act],
                 Multi::Glu(Eltwise::SwiGlu),
                 norm,
+                &[],
             )
             .unwrap();
         ctx.submit(&[&d]).unwrap();

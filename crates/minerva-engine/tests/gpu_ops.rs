@@ -1,11 +1,13 @@
 //! GPU activation kernels against plain CPU versions on random data of awkward sizes: RMSNorm,
 //! RoPE (both layouts), add / SwiGLU / gpt-oss GLU, attention over the KV cache (GQA, causal,
-//! sliding window, sinks, f16 and f32 caches, several key chunks, a wrapping window cache), MoE
-//! routing and combining, argmax and top-k.
+//! sliding window, sinks, f16 and f32 caches, several key chunks, a wrapping window cache, RoPE
+//! fused into the cache write, one-dispatch decode), MoE routing and combining, argmax and top-k
+//! over one or many workgroups.
 
 mod gpu_common;
 
 use gpu_common::*;
+use minerva_engine::gpu::ops::{select_scratch_len, Rotary};
 use minerva_engine::gpu::{AttnShape, Eltwise, GpuContext, KvCache, Ops, Region, Step};
 use std::sync::Arc;
 
@@ -303,7 +305,18 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect()
 }
 
-/// Prefills `first` tokens, then the rest `then` at a time, comparing every step.
+/// The RoPE an attention case applies in the cache write (`Ops::rope_write`).
+#[derive(Clone, Copy)]
+struct CaseRope {
+    rot: usize,
+    halves: bool,
+    mscale: f32,
+}
+
+/// Prefills `first` tokens, then the rest `then` at a time, comparing every step. With `rope`,
+/// each step's q and k are turned by the same dispatch that writes the cache (checked against
+/// the CPU), and attention is checked against the turned values the GPU kept.
+#[allow(clippy::too_many_arguments)]
 fn attention_case(
     ctx: &Arc<GpuContext>,
     shape: AttnShape,
@@ -312,6 +325,7 @@ fn attention_case(
     total: usize,
     first: usize,
     then: usize,
+    rope: Option<CaseRope>,
 ) {
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(13 + total as u64);
@@ -323,11 +337,17 @@ fn attention_case(
     let q = rng.vec(total * h_n * d);
     let k = rng.vec(total * kv_n * d);
     let v = rng.vec(total * kv_n * d);
-    let (kr, vr) = if f16 {
-        (round_f16(&k), round_f16(&v))
-    } else {
-        (k.clone(), v.clone())
-    };
+    let rounded = |x: &[f32]| if f16 { round_f16(x) } else { x.to_vec() };
+    let vr = rounded(&v);
+    // Keys as the cache holds them, filled in step by step.
+    let mut keys = vec![0f32; k.len()];
+    let freq: Vec<f32> = rope.map_or(Vec::new(), |r| {
+        (0..r.rot / 2)
+            .map(|i| 10000f32.powf(-2.0 * i as f32 / r.rot as f32))
+            .collect()
+    });
+    // One spare value: a buffer is never empty.
+    let freq_buf = ctx.storage_with("freq", &[freq.as_slice(), &[0.0]].concat());
     let cache = KvCache::new(ctx, shape.cache_len, shape.kv_heads, shape.head_dim, f16);
     let sink_buf = sinks.as_ref().map(|s| ctx.storage_with("sinks", s));
     let step_buf = ctx.uniform("step", &Step::default());
@@ -335,11 +355,16 @@ fn attention_case(
         .scratch_len(first as u32)
         .max(shape.scratch_len(then as u32));
     let scratch = ctx.storage("scratch", scratch_len * 4);
+    let counters = ctx.storage("counters", shape.kv_heads as u64 * 4);
     let what = format!(
-        "attention f16={f16} window={} cache={} sinks={}",
+        "attention f16={f16} heads={h_n}/{kv_n}x{d} window={} cache={} sinks={} rope={}",
         shape.window,
         shape.cache_len,
-        sinks.is_some()
+        sinks.is_some(),
+        rope.map_or("no".into(), |r| format!(
+            "{}/{}/{}",
+            r.rot, r.halves, r.mscale
+        ))
     );
     let mut pos = 0;
     while pos < total {
@@ -348,11 +373,11 @@ fn attention_case(
         } else {
             then.min(total - pos)
         };
-        // src = [k | v] of the step's tokens; q separately; out offset by 1 to test offsets.
-        let mut src = k[pos * kv_n * d..(pos + n) * kv_n * d].to_vec();
-        src.extend(&v[pos * kv_n * d..(pos + n) * kv_n * d]);
-        let sb = ctx.storage_with("kv", &src);
-        let qb = ctx.storage_with("q", &q[pos * h_n * d..(pos + n) * h_n * d]);
+        let (qs, ks) = (
+            pos * h_n * d..(pos + n) * h_n * d,
+            pos * kv_n * d..(pos + n) * kv_n * d,
+        );
+        let qb = ctx.storage_with("q", &q[qs.clone()]);
         let ob = ctx.storage("out", ((n * h_n * d + 1) * 4) as u64);
         ctx.queue.write_buffer(
             &step_buf,
@@ -363,17 +388,41 @@ fn attention_case(
                 _pad: [0; 2],
             }),
         );
-        let w = ops
-            .write_kv(
+        // src = [k | v] of the step's tokens (write_kv); separate buffers for rope_write.
+        let mut src = k[ks.clone()].to_vec();
+        src.extend(&v[ks.clone()]);
+        let sb = ctx.storage_with("kv", &src);
+        let (kb, vb) = (
+            ctx.storage_with("k", &k[ks.clone()]),
+            ctx.storage_with("v", &v[ks.clone()]),
+        );
+        let write = match rope {
+            Some(r) => ops.rope_write(
+                &shape,
+                &cache,
+                &qb,
+                &kb,
+                &vb,
+                &Rotary {
+                    freq: &freq_buf,
+                    rot_dim: r.rot as u32,
+                    halves: r.halves,
+                    mscale: r.mscale,
+                },
+                &step_buf,
+                n as u32,
+            ),
+            None => ops.write_kv(
                 &shape,
                 &cache,
                 Region::new(&sb, 0, 0),
                 Region::new(&sb, (n * kv_n * d) as u32, 0),
                 &step_buf,
                 n as u32,
-            )
-            .unwrap();
-        let [a, c] = ops
+            ),
+        }
+        .unwrap();
+        let att = ops
             .attention(
                 &shape,
                 &cache,
@@ -382,22 +431,40 @@ fn attention_case(
                 &ob,
                 1,
                 &scratch,
+                &counters,
                 sink_buf.as_ref().map(|b| Region::new(b, 0, 0)),
                 &step_buf,
                 n as u32,
             )
             .unwrap();
-        run(ctx, &[&w, &a, &c]);
+        let want_dispatches = if n == 1 && shape.one_pass(1) { 1 } else { 2 };
+        assert_eq!(att.len(), want_dispatches, "{what}: attention dispatches");
+        let mut list = vec![&write];
+        list.extend(&att);
+        run(ctx, &list);
+        let step_q = match rope {
+            Some(r) => {
+                let (mut want_q, mut want_k) = (q[qs.clone()].to_vec(), k[ks.clone()].to_vec());
+                cpu_rope(&mut want_q, pos, h_n, d, r.rot, r.halves, &freq, r.mscale);
+                cpu_rope(&mut want_k, pos, kv_n, d, r.rot, r.halves, &freq, r.mscale);
+                let got_q = ctx.read_f32(&qb, 0, want_q.len()).unwrap();
+                let got_k = ctx.read_f32(&kb, 0, want_k.len()).unwrap();
+                assert_close(&format!("{what}: q turned at {pos}"), &got_q, &want_q, 1e-4);
+                assert_close(&format!("{what}: k turned at {pos}"), &got_k, &want_k, 1e-4);
+                keys[ks.clone()].copy_from_slice(&got_k);
+                got_q
+            }
+            None => {
+                keys[ks.clone()].copy_from_slice(&k[ks.clone()]);
+                q[qs.clone()].to_vec()
+            }
+        };
         let got = ctx.read_f32(&ob, 1, n * h_n * d).unwrap();
-        let want = cpu_attention(
-            &q[pos * h_n * d..(pos + n) * h_n * d],
-            &kr,
-            &vr,
-            pos,
-            &shape,
-            sinks.as_deref(),
-        );
+        let want = cpu_attention(&step_q, &rounded(&keys), &vr, pos, &shape, sinks.as_deref());
         assert_close(&format!("{what} at position {pos}"), &got, &want, 2e-4);
+        // Neither path leaves a count behind for the next dispatch.
+        let left = ctx.read_u32(&counters, 0, kv_n).unwrap();
+        assert!(left.iter().all(|&c| c == 0), "{what}: counters {left:?}");
         pos += n;
     }
 }
@@ -414,8 +481,8 @@ fn attention_full_window_and_sinks() {
         scale: 0.25,
     };
     // 270 prefill tokens span two key chunks; then two decode steps.
-    attention_case(&ctx, base, true, None, 272, 270, 1);
-    attention_case(&ctx, base, false, None, 40, 37, 1);
+    attention_case(&ctx, base, true, None, 272, 270, 1, None);
+    attention_case(&ctx, base, false, None, 40, 37, 1, None);
     attention_case(
         &ctx,
         AttnShape { window: 7, ..base },
@@ -424,6 +491,7 @@ fn attention_full_window_and_sinks() {
         30,
         20,
         1,
+        None,
     );
 }
 
@@ -448,6 +516,7 @@ fn attention_over_more_chunks_than_workgroups() {
         2599,
         2590,
         3,
+        None,
     );
 }
 
@@ -463,7 +532,119 @@ fn attention_sliding_window_cache_wraps() {
         window: 5,
         scale: 0.3,
     };
-    attention_case(&ctx, shape, true, Some(vec![0.1; 6]), 14, 1, 1);
+    attention_case(&ctx, shape, true, Some(vec![0.1; 6]), 14, 1, 1, None);
+}
+
+#[test]
+fn rope_write_then_decode_attention_in_one_dispatch() {
+    let Some(ctx) = shared() else { return };
+    let shape = |heads, kv_heads, head_dim, cache_len, window, scale| AttnShape {
+        heads,
+        kv_heads,
+        head_dim,
+        cache_len,
+        window,
+        scale,
+    };
+    let adjacent = CaseRope {
+        rot: 64,
+        halves: false,
+        mscale: 1.0,
+    };
+    // tinyllama's layout: 8 query heads per KV head of 64 values, f16 cache.
+    attention_case(
+        &ctx,
+        shape(16, 2, 64, 200, 0, 0.125),
+        true,
+        None,
+        150,
+        140,
+        1,
+        Some(adjacent),
+    );
+    // 7 KV heads of one query head each, head_dim 80 turned in part (halves), f32 cache.
+    attention_case(
+        &ctx,
+        shape(7, 7, 80, 100, 0, 0.11),
+        false,
+        None,
+        70,
+        33,
+        1,
+        Some(CaseRope {
+            rot: 40,
+            halves: true,
+            mscale: 1.2,
+        }),
+    );
+    // gpt-oss's: sinks, head_dim 128, a window whose cache wraps twice while decoding.
+    attention_case(
+        &ctx,
+        shape(16, 2, 128, 41, 40, 0.09),
+        true,
+        Some((0..16).map(|h| h as f32 * 0.3 - 2.0).collect()),
+        100,
+        30,
+        1,
+        Some(CaseRope {
+            rot: 128,
+            halves: true,
+            mscale: 1.0,
+        }),
+    );
+    // 64 query heads of 32 values on one KV head: the most one workgroup holds; each split
+    // takes its block of keys 16 at a time.
+    attention_case(
+        &ctx,
+        shape(64, 1, 32, 120, 0, 0.2),
+        true,
+        None,
+        100,
+        90,
+        1,
+        None,
+    );
+    // 8 query heads of 512 values exceed it: two passes, also for one query.
+    attention_case(
+        &ctx,
+        shape(8, 1, 512, 40, 0, 0.05),
+        false,
+        None,
+        36,
+        33,
+        1,
+        None,
+    );
+}
+
+#[test]
+fn decode_attention_spreads_many_blocks_over_its_splits() {
+    let Some(ctx) = shared() else { return };
+    // A window of 2100 keys: 66 blocks of 32 over 64 splits, two of them taking two blocks;
+    // the cache (window + 1) wraps while decoding.
+    let shape = AttnShape {
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 8,
+        cache_len: 2101,
+        window: 2100,
+        scale: 0.3,
+    };
+    assert_eq!(shape.splits(1), 64);
+    attention_case(
+        &ctx,
+        shape,
+        true,
+        Some(vec![0.2, -0.4]),
+        2110,
+        2098,
+        1,
+        Some(CaseRope {
+            rot: 8,
+            halves: false,
+            mscale: 1.0,
+        }),
+    );
 }
 
 #[test]
@@ -534,43 +715,90 @@ fn moe_route_and_combine() {
     }
 }
 
+/// Indices of a row best first, ties to the lower index (the CPU backend's order).
+fn cpu_order(row: &[f32]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|a, b| row[*b].total_cmp(&row[*a]).then(a.cmp(b)));
+    order
+}
+
 #[test]
 fn argmax_and_top_k() {
     let Some(ctx) = shared() else { return };
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(15);
-    let (n, rows, k) = (1000usize, 3usize, 7usize);
-    let mut logits = rng.vec(n * rows);
-    // A tie in row 1: the lower index wins.
-    logits[n + 10] = 5.0;
-    logits[n + 900] = 5.0;
-    let lb = ctx.storage_with("logits", &logits);
-    let ib = ctx.storage("ids", (rows * k * 4) as u64);
-    let d = ops.argmax(&lb, 0, n as u32, rows as u32, &ib).unwrap();
-    run(&ctx, &[&d]);
-    let ids = ctx.read_u32(&ib, 0, rows).unwrap();
-    for r in 0..rows {
-        let row = &logits[r * n..(r + 1) * n];
-        let best = (0..n).fold(0, |b, i| if row[i] > row[b] { i } else { b });
-        assert_eq!(ids[r] as usize, best, "argmax row {r}");
-    }
-    assert_eq!(ids[1], 10);
-    let vb = ctx.storage("values", (rows * k * 4) as u64);
-    let d = ops
-        .top_k(&lb, 0, n as u32, rows as u32, k as u32, &ib, &vb)
-        .unwrap();
-    run(&ctx, &[&d]);
-    let (ids, vals) = (
-        ctx.read_u32(&ib, 0, rows * k).unwrap(),
-        ctx.read_f32(&vb, 0, rows * k).unwrap(),
-    );
-    for r in 0..rows {
-        let row = &logits[r * n..(r + 1) * n];
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|a, b| row[*b].total_cmp(&row[*a]).then(a.cmp(b)));
-        for s in 0..k {
-            assert_eq!(ids[r * k + s] as usize, order[s], "top-k row {r} rank {s}");
-            assert_eq!(vals[r * k + s], row[order[s]]);
+    // One value; a whole row (with -inf) as top-k; rows of one workgroup; many workgroups with
+    // ties across them; more workgroups than the merge takes at 2048 values each.
+    for (n, rows, k) in [
+        (1usize, 2usize, 1usize),
+        (33, 3, 33),
+        (1000, 3, 7),
+        (100_003, 2, 40),
+        (2_100_001, 1, 5),
+    ] {
+        let mut logits = rng.vec(n * rows);
+        for r in 0..rows {
+            let row = &mut logits[r * n..(r + 1) * n];
+            // Ties: the top and the next value in several places each; the lowest index wins.
+            if n > 30 {
+                for at in [n - 1, n / 2 + r, 17 + r, 29] {
+                    row[at] = 5.0;
+                }
+                for at in [n - 2, n / 3, 3] {
+                    row[at] = 4.0;
+                }
+                row[5] = f32::NEG_INFINITY;
+                row[20] = f32::NEG_INFINITY;
+            }
         }
+        let lb = ctx.storage_with("logits", &logits);
+        let ib = ctx.storage("ids", (rows * k * 4) as u64);
+        let vb = ctx.storage("values", (rows * k * 4) as u64);
+        let lists = ctx.storage(
+            "lists",
+            select_scratch_len(n as u32, rows as u32, k as u32) * 4,
+        );
+        let counters = ctx.storage("counters", rows as u64 * 4);
+        let what = format!("{rows} rows of {n}");
+        let d = ops
+            .argmax(&lb, 0, n as u32, rows as u32, &ib, &lists, &counters)
+            .unwrap();
+        run(&ctx, &[&d]);
+        let ids = ctx.read_u32(&ib, 0, rows).unwrap();
+        let orders: Vec<Vec<usize>> = logits.chunks(n).map(cpu_order).collect();
+        for r in 0..rows {
+            assert_eq!(ids[r] as usize, orders[r][0], "argmax {what}: row {r}");
+        }
+        let d = ops
+            .top_k(
+                &lb,
+                0,
+                n as u32,
+                rows as u32,
+                k as u32,
+                &ib,
+                &vb,
+                &lists,
+                &counters,
+            )
+            .unwrap();
+        run(&ctx, &[&d]);
+        let (ids, vals) = (
+            ctx.read_u32(&ib, 0, rows * k).unwrap(),
+            ctx.read_f32(&vb, 0, rows * k).unwrap(),
+        );
+        for r in 0..rows {
+            for s in 0..k {
+                let want = orders[r][s];
+                assert_eq!(
+                    ids[r * k + s] as usize,
+                    want,
+                    "top-{k} {what}: row {r} rank {s}"
+                );
+                assert_eq!(vals[r * k + s], logits[r * n + want]);
+            }
+        }
+        let left = ctx.read_u32(&counters, 0, rows).unwrap();
+        assert!(left.iter().all(|&c| c == 0), "{what}: counters {left:?}");
     }
 }

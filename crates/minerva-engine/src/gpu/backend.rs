@@ -7,7 +7,8 @@
 use super::context::{GpuContext, GpuOptions};
 use super::error::{GpuError, GpuResult};
 use super::ops::{
-    AttnShape, Bias, Eltwise, ExpertSel, Folds, KvCache, MatSel, Multi, NormFold, Ops, Region, Step,
+    select_scratch_len, AttnShape, Bias, Eltwise, ExpertSel, Folds, KvCache, MatSel, Multi,
+    NormFold, Ops, Region, Rotary, Step,
 };
 use super::pipelines::Dispatch;
 use super::weights::GpuWeight;
@@ -72,6 +73,19 @@ struct LastProduct {
     at: usize,
 }
 
+/// A recorded RoPE of q and k together: buffers, parameters, the frequencies' vector, position,
+/// rows, and the pending length after its dispatch.
+#[derive(Clone, Copy)]
+struct QkRope {
+    q: BufId,
+    k: BufId,
+    rope: RopeParams,
+    freq: u32,
+    pos: usize,
+    rows: usize,
+    at: usize,
+}
+
 /// Scratch buffers that grow on demand; growing drops the recorded dispatches that bind them.
 #[derive(Default)]
 struct Scratch {
@@ -98,6 +112,9 @@ pub struct GpuBackend {
     /// The last op recorded, when it was a RoPE (buffer, params, position, rows, dispatch
     /// count): a RoPE of another buffer with the same parameters right after it fuses with it.
     last_rope: Option<(BufId, RopeParams, usize, usize, usize)>,
+    /// The last op recorded, when it was the RoPE of q and k in one dispatch: the attention
+    /// over them right after it takes it into its KV-cache write.
+    last_qk_rope: Option<QkRope>,
     /// The last ops recorded, when they were single-vector products of one input by whole
     /// unsplit weights without bias (input, [(weight, output)], dispatch count): the next such
     /// product (q, k, v) or the GLU over two of them (gate, up) joins them in one dispatch.
@@ -140,6 +157,7 @@ impl GpuBackend {
             ids_users: false,
             last_add: None,
             last_rope: None,
+            last_qk_rope: None,
             products: None,
             last_product: None,
             deferred: None,
@@ -180,6 +198,7 @@ impl GpuBackend {
     fn forget_peepholes(&mut self) {
         self.last_add = None;
         self.last_rope = None;
+        self.last_qk_rope = None;
         self.products = None;
         self.last_product = None;
     }
@@ -215,6 +234,9 @@ impl GpuBackend {
         }
         if let Some(r) = &mut self.last_rope {
             shift(&mut r.4);
+        }
+        if let Some(r) = &mut self.last_qk_rope {
+            shift(&mut r.at);
         }
         if let Some(p) = &mut self.products {
             shift(&mut p.2);
@@ -969,8 +991,19 @@ impl Backend for GpuBackend {
                 second,
             )?])
         })?;
-        if first.is_none() {
-            self.last_rope = Some((x, *rope, pos, n, self.pending.len()));
+        match first {
+            None => self.last_rope = Some((x, *rope, pos, n, self.pending.len())),
+            Some((q, _)) => {
+                self.last_qk_rope = Some(QkRope {
+                    q,
+                    k: x,
+                    rope: *rope,
+                    freq: fid,
+                    pos,
+                    rows: n,
+                    at: self.pending.len(),
+                })
+            }
         }
         Ok(())
     }
@@ -997,6 +1030,9 @@ impl Backend for GpuBackend {
                 p.n_heads, p.n_kv_heads, p.head_dim
             )));
         }
+        if [q, k, v].contains(&out) {
+            return Err(bad("attention: the output buffer is also an input".into()));
+        }
         self.check_rows(q, p.n, Some(qd), "attention q")?;
         self.check_rows(k, p.n, Some(kd), "attention k")?;
         self.check_rows(v, p.n, Some(kd), "attention v")?;
@@ -1020,22 +1056,70 @@ impl Backend for GpuBackend {
         self.set_step(p.pos, p.n)?;
         self.step_users = true;
         self.scratch("attention", shape.scratch_len(p.n as u32) * 4);
+        self.scratch("counters", shape.kv_heads as u64 * 4);
+        // Right after the RoPE of exactly these q and k: that dispatch also writes the cache.
+        let rope = match self.last_qk_rope.take() {
+            Some(r)
+                if r.q == q
+                    && r.k == k
+                    && v != q
+                    && v != k
+                    && r.pos == p.pos
+                    && r.rows == p.n
+                    && r.rope.head_dim == p.head_dim
+                    && r.at == self.pending.len() =>
+            {
+                self.pending.pop();
+                Some(r)
+            }
+            _ => None,
+        };
         // Everything but the position, which the step uniform carries.
-        let key = key!("attention", q, k, v, kv, out, p.n, shape, p.sinks, p.scale);
+        let key = key!(
+            "attention",
+            q,
+            k,
+            v,
+            kv,
+            out,
+            p.n,
+            shape,
+            p.sinks,
+            p.scale,
+            rope.map(|r| r.rope)
+        );
         self.record(key, |s| {
             let Some(Some(c)) = s.kvs.get(kv.0 as usize) else {
                 return Err(bad(format!("unknown KV cache {}", kv.0)));
             };
-            let w = s.ops.write_kv(
-                &shape,
-                &c.cache,
-                Region::new(&s.buf(k)?.buf, 0, 0),
-                Region::new(&s.buf(v)?.buf, 0, 0),
-                &s.step,
-                p.n as u32,
-            )?;
+            let write = match rope {
+                Some(r) => s.ops.rope_write(
+                    &shape,
+                    &c.cache,
+                    &s.buf(q)?.buf,
+                    &s.buf(k)?.buf,
+                    &s.buf(v)?.buf,
+                    &Rotary {
+                        freq: s.vector_buf(r.freq),
+                        rot_dim: r.rope.dim as u32,
+                        halves: r.rope.style == RopeStyle::Halves,
+                        mscale: r.rope.attention_factor,
+                    },
+                    &s.step,
+                    p.n as u32,
+                )?,
+                None => s.ops.write_kv(
+                    &shape,
+                    &c.cache,
+                    Region::new(&s.buf(k)?.buf, 0, 0),
+                    Region::new(&s.buf(v)?.buf, 0, 0),
+                    &s.step,
+                    p.n as u32,
+                )?,
+            };
             let sinks = sinks.map(|(wid, off)| Region::new(s.vector_buf(wid), off, 0));
-            let [a, b] = s.ops.attention(
+            let mut d = vec![write];
+            d.extend(s.ops.attention(
                 &shape,
                 &c.cache,
                 &s.buf(q)?.buf,
@@ -1043,11 +1127,12 @@ impl Backend for GpuBackend {
                 &s.buf(out)?.buf,
                 0,
                 s.src(Src::Scratch("attention"))?,
+                s.src(Src::Scratch("counters"))?,
                 sinks,
                 &s.step,
                 p.n as u32,
-            )?;
-            Ok(vec![w, a, b])
+            )?);
+            Ok(d)
         })
     }
 
@@ -1358,6 +1443,8 @@ impl Backend for GpuBackend {
         self.check_rows(x, row + 1, None, "argmax")?;
         let cols = self.buf(x)?.cols;
         self.scratch("selected ids", 4);
+        self.scratch("select lists", select_scratch_len(cols as u32, 1, 1) * 4);
+        self.scratch("counters", 4);
         self.record(key!("argmax", x, row), |s| {
             Ok(vec![s.ops.argmax(
                 &s.buf(x)?.buf,
@@ -1365,6 +1452,8 @@ impl Backend for GpuBackend {
                 cols as u32,
                 1,
                 s.src(Src::Scratch("selected ids"))?,
+                s.src(Src::Scratch("select lists"))?,
+                s.src(Src::Scratch("counters"))?,
             )?])
         })?;
         let b = self.flush_read(&[(Src::Scratch("selected ids"), 0, 4)])?;
@@ -1380,6 +1469,9 @@ impl Backend for GpuBackend {
         }
         self.scratch("selected ids", (k * 4) as u64);
         self.scratch("selected values", (k * 4) as u64);
+        let lists = select_scratch_len(cols as u32, 1, k as u32) * 4;
+        self.scratch("select lists", lists);
+        self.scratch("counters", 4);
         self.record(key!("top_k", x, row, k), |s| {
             Ok(vec![s.ops.top_k(
                 &s.buf(x)?.buf,
@@ -1389,6 +1481,8 @@ impl Backend for GpuBackend {
                 k as u32,
                 s.src(Src::Scratch("selected ids"))?,
                 s.src(Src::Scratch("selected values"))?,
+                s.src(Src::Scratch("select lists"))?,
+                s.src(Src::Scratch("counters"))?,
             )?])
         })?;
         let b = self.flush_read(&[

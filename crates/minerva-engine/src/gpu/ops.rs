@@ -307,6 +307,10 @@ struct AttnParams {
     out_offset: u32,
     scale: f32,
     sinks_offset: u32,
+    rot_dim: u32,
+    halves: u32,
+    mscale: f32,
+    _pad: u32,
 }
 
 #[repr(C)]
@@ -328,6 +332,10 @@ struct SelectParams {
     rows: u32,
     k: u32,
     offset: u32,
+    block: u32,
+    blocks: u32,
+    kept: u32,
+    _pad: u32,
 }
 
 #[repr(C)]
@@ -347,6 +355,16 @@ struct MultiParams {
     _pad: [u32; 3],
 }
 
+/// Element offsets of the attention kernels' operands.
+#[derive(Default, Clone, Copy)]
+struct AttnOffsets {
+    q: u32,
+    k: u32,
+    v: u32,
+    out: u32,
+    sinks: u32,
+}
+
 /// How a decode product over several weights (`Ops::matvec_multi`) uses them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Multi {
@@ -358,6 +376,18 @@ pub enum Multi {
 
 /// Keys per chunk of the split-K attention kernel (CHUNK in attention.wgsl).
 pub const ATTN_CHUNK: u32 = 256;
+
+/// The single-query attention kernel (`decode` in attention.wgsl): splits take whole blocks of
+/// DECODE_BLOCK keys; at most DECODE_SPLITS splits per KV head; the query heads of one KV head
+/// hold at most DECODE_QMAX values, DECODE_GMAX heads.
+const DECODE_BLOCK: u32 = 32;
+const DECODE_SPLITS: u32 = 64;
+const DECODE_QMAX: u32 = 2048;
+const DECODE_GMAX: u32 = 64;
+
+/// Workgroup size and block lists merged per thread of select.wgsl (WG, LISTS).
+const SELECT_WG: u32 = 256;
+const SELECT_LISTS: u32 = 4;
 
 /// The element-wise operations of elementwise.wgsl.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -388,20 +418,35 @@ pub struct AttnShape {
 }
 
 impl AttnShape {
-    /// Key chunks a query may span.
-    pub fn chunks(&self) -> u32 {
-        let keys = if self.window == 0 {
+    /// Keys a query may attend to, at most.
+    fn keys(&self) -> u32 {
+        if self.window == 0 {
             self.cache_len
         } else {
             self.window.min(self.cache_len)
-        };
-        keys.div_ceil(ATTN_CHUNK).max(1)
+        }
     }
 
-    /// Workgroups per (head, query), each taking every `splits`-th chunk: many for one query
-    /// (decode: parallelism comes from the keys), one for long prompts (it comes from the
-    /// queries, and scratch stays small).
+    /// Key chunks a query may span.
+    pub fn chunks(&self) -> u32 {
+        self.keys().div_ceil(ATTN_CHUNK).max(1)
+    }
+
+    /// Whether `tokens` queries run as one dispatch (`decode`): a single query, with the query
+    /// heads of a KV head fitting its workgroup memory.
+    pub fn one_pass(&self, tokens: u32) -> bool {
+        let group = self.heads / self.kv_heads.max(1);
+        tokens == 1 && group <= DECODE_GMAX && group * self.head_dim <= DECODE_QMAX
+    }
+
+    /// Workgroups per (head, query) of the two-pass kernels, each taking every `splits`-th
+    /// chunk: many for one query (decode: parallelism comes from the keys), one for long
+    /// prompts (it comes from the queries, and scratch stays small). For one pass, workgroups
+    /// per KV head, each taking a contiguous share of the key blocks.
     pub fn splits(&self, tokens: u32) -> u32 {
+        if self.one_pass(tokens) {
+            return self.keys().div_ceil(DECODE_BLOCK).clamp(1, DECODE_SPLITS);
+        }
         let cap = match tokens {
             0 | 1 => 32,
             2..=15 => 8,
@@ -414,6 +459,30 @@ impl AttnShape {
     pub fn scratch_len(&self, tokens: u32) -> u64 {
         tokens as u64 * self.heads as u64 * self.splits(tokens) as u64 * (self.head_dim as u64 + 2)
     }
+}
+
+/// The rotary embedding that `Ops::rope_write` applies: `rot_dim / 2` frequencies in `freq`,
+/// pairs (i, i + rot_dim / 2) with `halves`, else (2i, 2i + 1), turned values times `mscale`.
+#[derive(Clone, Copy)]
+pub struct Rotary<'a> {
+    pub freq: &'a wgpu::Buffer,
+    pub rot_dim: u32,
+    pub halves: bool,
+    pub mscale: f32,
+}
+
+/// u32 words of scratch that `Ops::argmax` / `Ops::top_k` need over `rows` rows of `n` values.
+pub fn select_scratch_len(n: u32, rows: u32, k: u32) -> u64 {
+    let (block, blocks) = select_blocks(n);
+    2 * rows as u64 * blocks as u64 * k.min(block) as u64
+}
+
+/// Values per workgroup and workgroups per row of select.wgsl: 8 values per thread, more when
+/// the row has more blocks than the last workgroup merges.
+fn select_blocks(n: u32) -> (u32, u32) {
+    let most = SELECT_WG * SELECT_LISTS;
+    let block = (8 * SELECT_WG).max(n.div_ceil(most).next_multiple_of(SELECT_WG));
+    (block, n.div_ceil(block).max(1))
 }
 
 /// The KV cache buffers of one layer.
@@ -563,7 +632,7 @@ impl Ops {
             } else {
                 defines(&[("KV_F32", String::new())])
             };
-            for entry in ["write_kv", "attend", "combine"] {
+            for entry in ["write_kv", "rope_write", "attend", "combine", "decode"] {
                 jobs.push(("attention.wgsl", kv.clone(), Vec::new(), entry));
             }
             for op in [Eltwise::Add, Eltwise::Copy, Eltwise::SwiGlu] {
@@ -868,7 +937,7 @@ impl Ops {
                 .map(|(i, b)| (i as u32, b))
                 .collect();
             entries.extend([(3, ids), (4, y), (5, &ub)]);
-            out.push(self.dispatch(pipe.clone(), &entries, [units.div_ceil(64), tokens, 1]));
+            out.push(self.dispatch(pipe.clone(), &entries, [units.div_ceil(8), tokens, 1]));
         }
         Ok(out)
     }
@@ -1034,10 +1103,14 @@ impl Ops {
             &self.attn_defines(cache, false),
             "write_kv",
         )?;
-        let ub = self.ctx.uniform(
-            "kv params",
-            &self.attn_params(shape, tokens, 0, k.offset, v.offset, 0, 0),
-        );
+        let offsets = AttnOffsets {
+            k: k.offset,
+            v: v.offset,
+            ..AttnOffsets::default()
+        };
+        let ub = self
+            .ctx
+            .uniform("kv params", &self.attn_params(shape, tokens, offsets, None));
         let per_token = shape.kv_heads * shape.head_dim / 2;
         Ok(self.dispatch(
             pipe,
@@ -1053,8 +1126,59 @@ impl Ops {
         ))
     }
 
+    /// RoPE of q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] in place (each
+    /// from offset 0 of its buffer), then k with v into the cache as `write_kv` does: one
+    /// dispatch for what precedes attention in a layer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_write(
+        &self,
+        shape: &AttnShape,
+        cache: &KvCache,
+        q: &wgpu::Buffer,
+        k: &wgpu::Buffer,
+        v: &wgpu::Buffer,
+        rotary: &Rotary,
+        step: &wgpu::Buffer,
+        tokens: u32,
+    ) -> GpuResult<Dispatch> {
+        if shape.head_dim > 512
+            || rotary.rot_dim > shape.head_dim
+            || !rotary.rot_dim.is_multiple_of(2)
+        {
+            return Err(GpuError::Validation(format!(
+                "rope_write: {} rotated dims of heads of {} (at most 512)",
+                rotary.rot_dim, shape.head_dim
+            )));
+        }
+        let pipe = self.pipeline(
+            "attention.wgsl",
+            &self.attn_defines(cache, false),
+            "rope_write",
+        )?;
+        let ub = self.ctx.uniform(
+            "rope+kv params",
+            &self.attn_params(shape, tokens, AttnOffsets::default(), Some(rotary)),
+        );
+        Ok(self.dispatch(
+            pipe,
+            &[
+                (0, &ub),
+                (1, step),
+                (2, &cache.k),
+                (3, &cache.v),
+                (8, v),
+                (11, q),
+                (12, k),
+                (13, rotary.freq),
+            ],
+            [shape.heads + shape.kv_heads, tokens, 1],
+        ))
+    }
+
     /// Attention of `tokens` queries (q at q_offset of `q`, [tokens, heads, head_dim]) over the
-    /// cache, into `out` at out_offset; `scratch` holds `shape.scratch_len(tokens)` values.
+    /// cache, into `out` at out_offset; `scratch` holds `shape.scratch_len(tokens)` values and
+    /// `counters` one zero u32 per KV head (left zero). One dispatch where
+    /// `shape.one_pass(tokens)`, else two (attend, combine).
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -1065,28 +1189,42 @@ impl Ops {
         out: &wgpu::Buffer,
         out_offset: u32,
         scratch: &wgpu::Buffer,
+        counters: &wgpu::Buffer,
         sinks: Option<Region>,
         step: &wgpu::Buffer,
         tokens: u32,
-    ) -> GpuResult<[Dispatch; 2]> {
-        let attend = self.pipeline("attention.wgsl", &self.attn_defines(cache, false), "attend")?;
-        let combine = self.pipeline(
-            "attention.wgsl",
-            &self.attn_defines(cache, sinks.is_some()),
-            "combine",
-        )?;
+    ) -> GpuResult<Vec<Dispatch>> {
+        let offsets = AttnOffsets {
+            q: q_offset,
+            out: out_offset,
+            sinks: sinks.map(|r| r.offset).unwrap_or(0),
+            ..AttnOffsets::default()
+        };
         let ub = self.ctx.uniform(
             "attention params",
-            &self.attn_params(
-                shape,
-                tokens,
-                q_offset,
-                0,
-                0,
-                out_offset,
-                sinks.map(|r| r.offset).unwrap_or(0),
-            ),
+            &self.attn_params(shape, tokens, offsets, None),
         );
+        let with_sinks = self.attn_defines(cache, sinks.is_some());
+        if shape.one_pass(tokens) {
+            let decode = self.pipeline("attention.wgsl", &with_sinks, "decode")?;
+            let mut entries = vec![
+                (0, &ub),
+                (1, step),
+                (2, &cache.k),
+                (3, &cache.v),
+                (4, q),
+                (6, out),
+                (9, scratch),
+                (10, counters),
+            ];
+            if let Some(s) = sinks {
+                entries.push((7, s.buf));
+            }
+            let groups = [shape.splits(tokens), shape.kv_heads, 1];
+            return Ok(vec![self.dispatch(decode, &entries, groups)]);
+        }
+        let attend = self.pipeline("attention.wgsl", &self.attn_defines(cache, false), "attend")?;
+        let combine = self.pipeline("attention.wgsl", &with_sinks, "combine")?;
         let a = self.dispatch(
             attend,
             &[
@@ -1104,7 +1242,7 @@ impl Ops {
             entries.push((7, s.buf));
         }
         let c = self.dispatch(combine, &entries, [shape.heads, tokens, 1]);
-        Ok([a, c])
+        Ok(vec![a, c])
     }
 
     fn attn_defines(&self, cache: &KvCache, sinks: bool) -> Defines {
@@ -1118,16 +1256,12 @@ impl Ops {
         d
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn attn_params(
         &self,
         s: &AttnShape,
         tokens: u32,
-        q_offset: u32,
-        k_offset: u32,
-        v_offset: u32,
-        out_offset: u32,
-        sinks_offset: u32,
+        at: AttnOffsets,
+        rotary: Option<&Rotary>,
     ) -> AttnParams {
         AttnParams {
             heads: s.heads,
@@ -1136,12 +1270,16 @@ impl Ops {
             cache_len: s.cache_len,
             window: s.window,
             chunks: s.splits(tokens),
-            q_offset,
-            k_offset,
-            v_offset,
-            out_offset,
+            q_offset: at.q,
+            k_offset: at.k,
+            v_offset: at.v,
+            out_offset: at.out,
             scale: s.scale,
-            sinks_offset,
+            sinks_offset: at.sinks,
+            rot_dim: rotary.map(|r| r.rot_dim).unwrap_or(0),
+            halves: rotary.is_some_and(|r| r.halves) as u32,
+            mscale: rotary.map(|r| r.mscale).unwrap_or(1.0),
+            _pad: 0,
         }
     }
 
@@ -1225,7 +1363,10 @@ impl Ops {
         ))
     }
 
-    /// The index of the largest value of each of `rows` rows of n values → ids[row].
+    /// The index of the largest value of each of `rows` rows of n values → ids[row] (ties:
+    /// the lowest index). `scratch` holds `select_scratch_len(n, rows, 1)` words, `counters`
+    /// one zero u32 per row (left zero).
+    #[allow(clippy::too_many_arguments)]
     pub fn argmax(
         &self,
         logits: &wgpu::Buffer,
@@ -1233,21 +1374,22 @@ impl Ops {
         n: u32,
         rows: u32,
         ids: &wgpu::Buffer,
+        scratch: &wgpu::Buffer,
+        counters: &wgpu::Buffer,
     ) -> GpuResult<Dispatch> {
         let pipe = self.pipeline("select.wgsl", &Defines::new(), "main")?;
-        let ub = self.ctx.uniform(
-            "argmax params",
-            &SelectParams {
-                n,
-                rows,
-                k: 1,
-                offset,
-            },
-        );
-        Ok(self.dispatch(pipe, &[(0, &ub), (1, logits), (2, ids)], [rows, 1, 1]))
+        let params = Self::select_params(n, rows, 1, offset);
+        let ub = self.ctx.uniform("argmax params", &params);
+        Ok(self.dispatch(
+            pipe,
+            &[(0, &ub), (1, logits), (2, ids), (4, scratch), (5, counters)],
+            [params.blocks, rows, 1],
+        ))
     }
 
-    /// The k largest values of each row with their indices, best first → ids/values [rows, k].
+    /// The k largest values of each row with their indices, best first (ties: the lower index
+    /// first) → ids/values [rows, k]. `scratch` holds `select_scratch_len(n, rows, k)` words,
+    /// `counters` one zero u32 per row (left zero).
     #[allow(clippy::too_many_arguments)]
     pub fn top_k(
         &self,
@@ -1258,15 +1400,37 @@ impl Ops {
         k: u32,
         ids: &wgpu::Buffer,
         values: &wgpu::Buffer,
+        scratch: &wgpu::Buffer,
+        counters: &wgpu::Buffer,
     ) -> GpuResult<Dispatch> {
         let pipe = self.pipeline("select.wgsl", &defines(&[("TOPK", String::new())]), "main")?;
-        let ub = self
-            .ctx
-            .uniform("top-k params", &SelectParams { n, rows, k, offset });
+        let params = Self::select_params(n, rows, k, offset);
+        let ub = self.ctx.uniform("top-k params", &params);
         Ok(self.dispatch(
             pipe,
-            &[(0, &ub), (1, logits), (2, ids), (3, values)],
-            [rows, 1, 1],
+            &[
+                (0, &ub),
+                (1, logits),
+                (2, ids),
+                (3, values),
+                (4, scratch),
+                (5, counters),
+            ],
+            [params.blocks, rows, 1],
         ))
+    }
+
+    fn select_params(n: u32, rows: u32, k: u32, offset: u32) -> SelectParams {
+        let (block, blocks) = select_blocks(n);
+        SelectParams {
+            n,
+            rows,
+            k,
+            offset,
+            block,
+            blocks,
+            kept: k.min(block),
+            _pad: 0,
+        }
     }
 }

@@ -1,12 +1,18 @@
 // Attention over a per-layer KV cache, split along the keys ("flash decoding"):
-//   write_kv  stores the step's keys and values at slot (pos0 + t) % cache_len (f16 pairs in
-//             u32 words, or f32 with KV_F32). A sliding-window layer's cache may hold just the
-//             window plus one step's tokens; positions wrap around it.
-//   attend    for each (split, query head, token): the causal keys inside the window, taken
-//             CHUNK at a time (chunks split, split + splits, …), with a running max m, Σexp l
-//             and exp-weighted sum of values.
-//   combine   merges the splits of each (head, token), with the head's sink logit (SINKS) in the
-//             denominator only.
+//   write_kv    stores the step's keys and values at slot (pos0 + t) % cache_len (f16 pairs in
+//               u32 words, or f32 with KV_F32). A sliding-window layer's cache may hold just the
+//               window plus one step's tokens; positions wrap around it.
+//   rope_write  RoPE of the step's queries and keys (in place, as rope.wgsl), and the turned keys
+//               with the values into the cache as write_kv: the whole step before attention in
+//               one dispatch.
+//   attend      for each (split, query head, token): the causal keys inside the window, taken
+//               CHUNK at a time (chunks split, split + splits, …), with a running max m, Σexp l
+//               and exp-weighted sum of values.
+//   combine     merges the splits of each (head, token), with the head's sink logit (SINKS) in
+//               the denominator only.
+//   decode      one query in one dispatch: workgroup (split, KV head) attends all query heads of
+//               that KV head (keys read once for the group) over its share of the keys; the last
+//               workgroup of the KV head to finish merges the splits as combine does.
 // Query head h reads KV head h / (heads / kv_heads) (grouped-query attention).
 struct Params {
     heads: u32,
@@ -14,13 +20,17 @@ struct Params {
     head_dim: u32,
     cache_len: u32,
     window: u32,      // 0: attend to every earlier position
-    chunks: u32,      // splits per (head, token) in the scratch buffer
+    chunks: u32,      // splits per (head, token) in the scratch buffer; decode: per KV head
     q_offset: u32,
     k_offset: u32,    // write_kv: offset of the new keys
     v_offset: u32,
     out_offset: u32,
     scale: f32,
     sinks_offset: u32,
+    rot_dim: u32,     // rope_write: rotated dims at the start of each head (≤ head_dim)
+    halves: u32,      // rope_write: pairs (i, i + rot_dim / 2), else (2i, 2i + 1)
+    mscale: f32,      // rope_write: factor on the turned values (YaRN; 1 otherwise)
+    _pad: u32,
 }
 
 struct Step {
@@ -46,6 +56,15 @@ struct Step {
 @group(0) @binding(7) var<storage, read> sinks: array<f32>;
 #endif
 @group(0) @binding(8) var<storage, read> vsrc: array<f32>;
+// decode: the splits' (m, l, values) per query head, and one finished-workgroup count per KV
+// head (back to 0 when the last one has merged). Atomics, so that the merging workgroup reads
+// at the level every SM writes to.
+@group(0) @binding(9) var<storage, read_write> partial: array<atomic<u32>>;
+@group(0) @binding(10) var<storage, read_write> counters: array<atomic<u32>>;
+// rope_write: q and k turned in place, and the rotation frequencies.
+@group(0) @binding(11) var<storage, read_write> qt: array<f32>;
+@group(0) @binding(12) var<storage, read_write> kt: array<f32>;
+@group(0) @binding(13) var<storage, read> freq: array<f32>;
 
 const CHUNK: u32 = 256u;
 const WG: u32 = 64u;
@@ -68,6 +87,19 @@ fn v_pair(i: u32) -> vec2<f32> {
 #endif
 }
 
+// Stores elements i and i+1 (i even) of both caches.
+fn store_pairs(i: u32, k: vec2<f32>, v: vec2<f32>) {
+#ifdef KV_F32
+    kc[i] = k.x;
+    kc[i + 1u] = k.y;
+    vc[i] = v.x;
+    vc[i + 1u] = v.y;
+#else
+    kc[i >> 1u] = pack2x16float(k);
+    vc[i >> 1u] = pack2x16float(v);
+#endif
+}
+
 // One thread per pair of values of one (token, kv head): keys from src at k_offset, values from
 // vsrc at v_offset, both [tokens][kv_heads][head_dim].
 @compute @workgroup_size(64)
@@ -83,15 +115,65 @@ fn write_kv(@builtin(global_invocation_id) gid: vec3<u32>) {
     let dst = slot * p.kv_heads * p.head_dim + e;
     let ks = p.k_offset + t * p.kv_heads * p.head_dim + e;
     let vs = p.v_offset + t * p.kv_heads * p.head_dim + e;
-#ifdef KV_F32
-    kc[dst] = src[ks];
-    kc[dst + 1u] = src[ks + 1u];
-    vc[dst] = vsrc[vs];
-    vc[dst + 1u] = vsrc[vs + 1u];
-#else
-    kc[dst >> 1u] = pack2x16float(vec2<f32>(src[ks], src[ks + 1u]));
-    vc[dst >> 1u] = pack2x16float(vec2<f32>(vsrc[vs], vsrc[vs + 1u]));
-#endif
+    store_pairs(dst, vec2<f32>(src[ks], src[ks + 1u]), vec2<f32>(vsrc[vs], vsrc[vs + 1u]));
+}
+
+// Elements of rotation pair i within a head.
+fn rope_pair(i: u32) -> vec2<u32> {
+    if (p.halves != 0u) {
+        return vec2<u32>(i, i + p.rot_dim / 2u);
+    }
+    return vec2<u32>(2u * i, 2u * i + 1u);
+}
+
+// The pair x turned by position pos times frequency i, scaled by mscale.
+fn rope_turn(x: vec2<f32>, i: u32, pos: u32) -> vec2<f32> {
+    let angle = f32(pos) * freq[i];
+    let c = cos(angle) * p.mscale;
+    let s = sin(angle) * p.mscale;
+    return vec2<f32>(x.x * c - x.y * s, x.x * s + x.y * c);
+}
+
+var<workgroup> turned: array<f32, 512>;
+
+// Workgroup (head, token): heads [0, heads) are q's, turned in place; the next kv_heads are k's,
+// turned in place and, gathered in workgroup memory (the halves layout pairs values of
+// different f16 words), stored with the head's values at the token's cache slot.
+@compute @workgroup_size(64)
+fn rope_write(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = wid.y;
+    let d = p.head_dim;
+    let pos = step.pos0 + t;
+    let half = p.rot_dim / 2u;
+    if (wid.x < p.heads) {
+        let base = p.q_offset + (t * p.heads + wid.x) * d;
+        for (var i = lid; i < half; i += WG) {
+            let e = base + rope_pair(i);
+            let r = rope_turn(vec2<f32>(qt[e.x], qt[e.y]), i, pos);
+            qt[e.x] = r.x;
+            qt[e.y] = r.y;
+        }
+        return;
+    }
+    let g = wid.x - p.heads;
+    let base = p.k_offset + (t * p.kv_heads + g) * d;
+    for (var i = lid; i < half; i += WG) {
+        let e = rope_pair(i);
+        let r = rope_turn(vec2<f32>(kt[base + e.x], kt[base + e.y]), i, pos);
+        kt[base + e.x] = r.x;
+        kt[base + e.y] = r.y;
+        turned[e.x] = r.x;
+        turned[e.y] = r.y;
+    }
+    for (var e = p.rot_dim + lid; e < d; e += WG) {
+        turned[e] = kt[base + e];
+    }
+    workgroupBarrier();
+    let dst = ((pos % p.cache_len) * p.kv_heads + g) * d;
+    let vs = p.v_offset + (t * p.kv_heads + g) * d;
+    for (var e = 2u * lid; e < d; e += 2u * WG) {
+        store_pairs(dst + e, vec2<f32>(turned[e], turned[e + 1u]), vec2<f32>(vsrc[vs + e], vsrc[vs + e + 1u]));
+    }
 }
 
 var<workgroup> qv: array<f32, 512>;
@@ -224,5 +306,203 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
             acc += exp(scratch[b] - mx) * scratch[b + 2u + i];
         }
         out[p.out_offset + (t * p.heads + h) * d + i] = acc / total;
+    }
+}
+
+const DWG: u32 = 256u;
+// decode: splits take whole blocks of BLOCK keys; the query heads of one KV head hold at most
+// QMAX values (GMAX heads); SCORES scores fit at once, SCORES / heads keys per pass.
+const BLOCK: u32 = 32u;
+const QMAX: u32 = 2048u;
+const GMAX: u32 = 64u;
+const SCORES: u32 = 1024u;
+
+// Query heads with one value of padding each, so that lanes reading the same element of
+// different heads hit different banks.
+var<workgroup> dq: array<f32, 2112>;
+var<workgroup> dsc: array<f32, SCORES>;
+var<workgroup> dred: array<f32, DWG>;
+var<workgroup> head_m: array<f32, GMAX>;
+var<workgroup> head_l: array<f32, GMAX>;
+var<workgroup> head_r: array<f32, GMAX>;
+var<workgroup> last_flag: u32;
+
+// Reduces dred over each run of `lanes` threads (lanes a power of two) into its first entry,
+// by max or by sum. Every thread of the workgroup must call it.
+fn reduce_runs(lid: u32, lanes: u32, by_max: bool) {
+    workgroupBarrier();
+    for (var st = lanes / 2u; st > 0u; st >>= 1u) {
+        if (lid % lanes < st) {
+            let o = dred[lid + st];
+            dred[lid] = select(dred[lid] + o, max(dred[lid], o), by_max);
+        }
+        workgroupBarrier();
+    }
+}
+
+fn store_f32(i: u32, v: f32) {
+    atomicStore(&partial[i], bitcast<u32>(v));
+}
+
+fn load_f32(i: u32) -> f32 {
+    return bitcast<f32>(atomicLoad(&partial[i]));
+}
+
+@compute @workgroup_size(256)
+fn decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let split = wid.x;
+    let g = wid.y;
+    let d = p.head_dim;
+    let gq = p.heads / p.kv_heads;
+    let h0 = g * gq;
+    let qp = step.pos0;
+    let lo = first_key(qp);
+    let blocks = (qp + 1u - lo + BLOCK - 1u) / BLOCK;
+    let used = min(blocks, p.chunks);
+    // Keys [k0, k1): block `split` while blocks are few, else an even share of whole blocks.
+    var b0 = split;
+    var b1 = split + 1u;
+    if (blocks > p.chunks) {
+        b0 = split * blocks / p.chunks;
+        b1 = (split + 1u) * blocks / p.chunks;
+    }
+    let k0 = lo + b0 * BLOCK;
+    let k1 = min(lo + b1 * BLOCK, qp + 1u);
+    let qs = d + 1u;
+    for (var i = lid; i < gq * d; i += DWG) {
+        dq[i / d * qs + i % d] = src[p.q_offset + h0 * d + i] * p.scale;
+    }
+    for (var h = lid; h < gq; h += DWG) {
+        head_m[h] = NEG;
+        head_l[h] = 0.0;
+    }
+    // Reductions per head: runs of `lanes` threads, one run per head.
+    let g2 = 1u << (32u - countLeadingZeros(gq - 1u));
+    let lanes = DWG / g2;
+    let rh = lid / lanes;
+    let rl = lid % lanes;
+    // Value units u = lid + DWG·r: value pair u % (d / 2) of head u / (d / 2).
+    let pairs = d / 2u;
+    let units = gq * pairs;
+    var acc: array<vec2<f32>, 4>;
+    let ch = SCORES / gq;
+    for (var c0 = k0; c0 < k1; c0 += ch) {
+        let n = min(ch, k1 - c0);
+        workgroupBarrier();
+        // Scores of (key j, head h), heads innermost: lanes of one key share its loads.
+        for (var it = lid; it < n * gq; it += DWG) {
+            let j = it / gq;
+            let h = it % gq;
+            let base = ((c0 + j) % p.cache_len * p.kv_heads + g) * d;
+            var s = 0.0;
+            for (var i = 0u; i < d; i += 2u) {
+                let kv = k_pair(base + i);
+                s += dq[h * qs + i] * kv.x + dq[h * qs + i + 1u] * kv.y;
+            }
+            dsc[h * ch + j] = s;
+        }
+        workgroupBarrier();
+        var m = NEG;
+        if (rh < gq) {
+            for (var j = rl; j < n; j += lanes) {
+                m = max(m, dsc[rh * ch + j]);
+            }
+        }
+        dred[lid] = m;
+        reduce_runs(lid, lanes, true);
+        var m_new = NEG;
+        if (rh < gq) {
+            m_new = max(head_m[rh], dred[rh * lanes]);
+        }
+        workgroupBarrier();
+        var l = 0.0;
+        if (rh < gq) {
+            for (var j = rl; j < n; j += lanes) {
+                let e = exp(dsc[rh * ch + j] - m_new);
+                dsc[rh * ch + j] = e;
+                l += e;
+            }
+        }
+        dred[lid] = l;
+        reduce_runs(lid, lanes, false);
+        if (rh < gq && rl == 0u) {
+            let r = exp(head_m[rh] - m_new);
+            head_r[rh] = r;
+            head_l[rh] = head_l[rh] * r + dred[lid];
+            head_m[rh] = m_new;
+        }
+        workgroupBarrier();
+        for (var r = 0u; r < 4u; r++) {
+            let u = lid + DWG * r;
+            if (u < units) {
+                let h = u / pairs;
+                let i = 2u * (u % pairs);
+                var a = acc[r] * head_r[h];
+                for (var j = 0u; j < n; j++) {
+                    let base = ((c0 + j) % p.cache_len * p.kv_heads + g) * d;
+                    a += dsc[h * ch + j] * v_pair(base + i);
+                }
+                acc[r] = a;
+            }
+        }
+    }
+    // Partial of (KV head g, split, head h): m, l, then d values.
+    let row0 = (g * p.chunks + split) * gq;
+    if (split < used) {
+        for (var h = lid; h < gq; h += DWG) {
+            store_f32((row0 + h) * (d + 2u), head_m[h]);
+            store_f32((row0 + h) * (d + 2u) + 1u, head_l[h]);
+        }
+        for (var r = 0u; r < 4u; r++) {
+            let u = lid + DWG * r;
+            if (u < units) {
+                let b = (row0 + u / pairs) * (d + 2u) + 2u + 2u * (u % pairs);
+                store_f32(b, acc[r].x);
+                store_f32(b + 1u, acc[r].y);
+            }
+        }
+    }
+    // Count this workgroup done once its partial is visible; the last one merges.
+    storageBarrier();
+    if (lid == 0u) {
+        let done = atomicAdd(&counters[g], 1u) + 1u;
+        last_flag = select(0u, 1u, done == p.chunks);
+        if (done == p.chunks) {
+            atomicStore(&counters[g], 0u);
+        }
+    }
+    if (workgroupUniformLoad(&last_flag) == 0u) {
+        return;
+    }
+    storageBarrier();
+    let first = g * p.chunks * gq;
+    for (var h = lid; h < gq; h += DWG) {
+        var mx = NEG;
+#ifdef SINKS
+        mx = sinks[p.sinks_offset + h0 + h];
+#endif
+        for (var c = 0u; c < used; c++) {
+            mx = max(mx, load_f32((first + c * gq + h) * (d + 2u)));
+        }
+        var total = 0.0;
+#ifdef SINKS
+        total = exp(sinks[p.sinks_offset + h0 + h] - mx);
+#endif
+        for (var c = 0u; c < used; c++) {
+            let b = (first + c * gq + h) * (d + 2u);
+            total += exp(load_f32(b) - mx) * load_f32(b + 1u);
+        }
+        head_m[h] = mx;
+        head_l[h] = total;
+    }
+    workgroupBarrier();
+    for (var i = lid; i < gq * d; i += DWG) {
+        let h = i / d;
+        var a = 0.0;
+        for (var c = 0u; c < used; c++) {
+            let b = (first + c * gq + h) * (d + 2u);
+            a += exp(load_f32(b) - head_m[h]) * load_f32(b + 2u + i % d);
+        }
+        out[p.out_offset + h0 * d + i] = a / head_l[h];
     }
 }

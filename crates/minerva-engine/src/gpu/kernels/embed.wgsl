@@ -1,5 +1,7 @@
 // Embedding lookup: y[t] = row ids[t] of the table, decoded from its stored layout (DECODER) and
-// multiplied by `scale`. One thread per 32-value unit; rows outside this part are skipped.
+// multiplied by `scale`. One thread per four values: each decodes its 32-value unit and writes
+// its vec4 of it, so that a single row spreads over units / 8 workgroups and neighbouring
+// threads store neighbouring values. Rows outside this part are skipped.
 #include "common.wgsl"
 #include DECODER
 
@@ -20,7 +22,8 @@ struct Params {
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let u = gid.x;
+    let u = gid.x / 8u;
+    let k = gid.x % 8u;
     let t = gid.y;
     let units = (p.cols + 31u) / 32u;
     if (u >= units || t >= p.tokens) {
@@ -31,12 +34,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     var w = load_unit(id - p.first_row, u, p.cols);
-    for (var k = 0u; k < 8u; k++) {
-        for (var j = 0u; j < 4u; j++) {
-            let c = u * 32u + 4u * k + j;
-            if (c < p.cols) {
-                y[t * p.cols + c] = w[k][j] * p.scale;
-            }
+    let quad = w[k] * p.scale;
+    for (var j = 0u; j < 4u; j++) {
+        let c = u * 32u + 4u * k + j;
+        if (c < p.cols) {
+            y[t * p.cols + c] = quad[j];
         }
     }
 }

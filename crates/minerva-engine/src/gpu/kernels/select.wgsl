@@ -1,11 +1,18 @@
-// Choosing tokens on the GPU so that one small read back per step suffices:
-//   argmax  the index of the largest logit of each row (ties → lowest index).
-//   topk    the k largest logits of one row with their indices, best first.
+// Choosing tokens on the GPU so that one small read back per step suffices: the k largest logits
+// of each row with their indices, best first, ties to the lowest index (argmax: k = 1; TOPK also
+// writes the values). Workgroup (block, row) picks the best `kept` of its `block` logits, in
+// order, into its list in `partial`; the last workgroup of the row to finish merges the rows'
+// lists. Lists and the per-row counts of finished workgroups are atomics, so that the merging
+// workgroup reads them at the level every SM writes to; the count goes back to 0 after the merge.
 struct Params {
     n: u32,
     rows: u32,
     k: u32,
     offset: u32,
+    block: u32,   // logits per workgroup, a multiple of WG
+    blocks: u32,  // workgroups per row, at most LISTS · WG
+    kept: u32,    // list length per block: min(k, block)
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -14,61 +21,134 @@ struct Params {
 #ifdef TOPK
 @group(0) @binding(3) var<storage, read_write> values: array<f32>;
 #endif
+// [rows][blocks][kept] entries of (value bits, index).
+@group(0) @binding(4) var<storage, read_write> partial: array<atomic<u32>>;
+@group(0) @binding(5) var<storage, read_write> counters: array<atomic<u32>>;
 
 const WG: u32 = 256u;
+const LISTS: u32 = 4u;
+const NONE: u32 = 0xFFFFFFFFu;
 var<workgroup> best_v: array<f32, WG>;
 var<workgroup> best_i: array<u32, WG>;
+var<workgroup> last_flag: u32;
 
-// Is (v, i) better than (bv, bi): larger value, or equal value and lower index.
-fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
-    return v > bv || (v == bv && i < bi);
+struct Cand {
+    v: f32,
+    i: u32,
 }
 
-fn taken(i: u32, row: u32, count: u32) -> bool {
-    for (var q = 0u; q < count; q++) {
-        if (ids[row * p.k + q] == i) {
-            return true;
+// Ranks below every logit, -inf included (an all -inf row still yields its lowest index).
+fn nothing() -> Cand {
+    return Cand(bitcast<f32>(0xFF800000u), NONE);
+}
+
+// Is a ranked before b: larger value, or equal value and lower index.
+fn before(a: Cand, b: Cand) -> bool {
+    return a.v > b.v || (a.v == b.v && a.i < b.i);
+}
+
+// The best of every thread's candidate, for all threads. Every thread must call it.
+fn pick(lid: u32, c: Cand) -> Cand {
+    best_v[lid] = c.v;
+    best_i[lid] = c.i;
+    workgroupBarrier();
+    for (var st = WG / 2u; st > 0u; st >>= 1u) {
+        if (lid < st && before(Cand(best_v[lid + st], best_i[lid + st]), Cand(best_v[lid], best_i[lid]))) {
+            best_v[lid] = best_v[lid + st];
+            best_i[lid] = best_i[lid + st];
+        }
+        workgroupBarrier();
+    }
+    let w = Cand(best_v[0], best_i[0]);
+    workgroupBarrier();
+    return w;
+}
+
+// This thread's best logit of the block ranked after `prev` (all of them before the first pick).
+fn scan(base: u32, first: u32, len: u32, lid: u32, prev: Cand, picked: bool) -> Cand {
+    var best = nothing();
+    for (var e = lid; e < len; e += WG) {
+        let c = Cand(logits[base + e], first + e);
+        if ((!picked || before(prev, c)) && before(c, best)) {
+            best = c;
         }
     }
-    return false;
+    return best;
+}
+
+fn entry(at: u32) -> Cand {
+    return Cand(bitcast<f32>(atomicLoad(&partial[2u * at])), atomicLoad(&partial[2u * at + 1u]));
+}
+
+// Entries in list b: the block's logits, up to kept.
+fn list_len(b: u32) -> u32 {
+    return min(p.kept, min(p.block, p.n - b * p.block));
 }
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x;
-    let base = p.offset + row * p.n;
-#ifdef TOPK
-    let rounds = p.k;
-#else
-    let rounds = 1u;
-#endif
-    for (var s = 0u; s < rounds; s++) {
-        var bv = -3.4e38;
-        var bi = 0xFFFFFFFFu;
-        for (var i = lid; i < p.n; i += WG) {
-            let v = logits[base + i];
-            if (better(v, i, bv, bi) && !taken(i, row, s)) {
-                bv = v;
-                bi = i;
-            }
-        }
-        best_v[lid] = bv;
-        best_i[lid] = bi;
-        workgroupBarrier();
-        for (var st = WG / 2u; st > 0u; st >>= 1u) {
-            if (lid < st && better(best_v[lid + st], best_i[lid + st], best_v[lid], best_i[lid])) {
-                best_v[lid] = best_v[lid + st];
-                best_i[lid] = best_i[lid + st];
-            }
-            workgroupBarrier();
-        }
+    let blk = wid.x;
+    let row = wid.y;
+    let first = blk * p.block;
+    let len = min(p.block, p.n - first);
+    let base = p.offset + row * p.n + first;
+    let list = (row * p.blocks + blk) * p.kept;
+    // Only the thread that held a pick looks for its next best; the others' still stand.
+    var mine = scan(base, first, len, lid, nothing(), false);
+    for (var s = 0u; s < list_len(blk); s++) {
+        let w = pick(lid, mine);
         if (lid == 0u) {
-            ids[row * p.k + s] = best_i[0];
+            atomicStore(&partial[2u * (list + s)], bitcast<u32>(w.v));
+            atomicStore(&partial[2u * (list + s) + 1u], w.i);
+        }
+        if (mine.i == w.i) {
+            mine = scan(base, first, len, lid, w, true);
+        }
+    }
+    storageBarrier();
+    if (lid == 0u) {
+        let done = atomicAdd(&counters[row], 1u) + 1u;
+        last_flag = select(0u, 1u, done == p.blocks);
+        if (done == p.blocks) {
+            atomicStore(&counters[row], 0u);
+        }
+    }
+    if (workgroupUniformLoad(&last_flag) == 0u) {
+        return;
+    }
+    storageBarrier();
+    // Merge: thread lid owns lists lid + WG·j; next[j] is the first entry not yet taken.
+    var next: array<u32, LISTS>;
+    var mine_list = 0u;
+    mine = nothing();
+    for (var j = 0u; j < LISTS; j++) {
+        let b = lid + WG * j;
+        if (b < p.blocks && before(entry((row * p.blocks + b) * p.kept), mine)) {
+            mine = entry((row * p.blocks + b) * p.kept);
+            mine_list = j;
+        }
+    }
+    for (var s = 0u; s < p.k; s++) {
+        let w = pick(lid, mine);
+        if (lid == 0u) {
+            ids[row * p.k + s] = w.i;
 #ifdef TOPK
-            values[row * p.k + s] = best_v[0];
+            values[row * p.k + s] = w.v;
 #endif
         }
-        storageBarrier();
-        workgroupBarrier();
+        if (mine.i == w.i) {
+            next[mine_list] += 1u;
+            mine = nothing();
+            for (var j = 0u; j < LISTS; j++) {
+                let b = lid + WG * j;
+                if (b < p.blocks && next[j] < list_len(b)) {
+                    let c = entry((row * p.blocks + b) * p.kept + next[j]);
+                    if (before(c, mine)) {
+                        mine = c;
+                        mine_list = j;
+                    }
+                }
+            }
+        }
     }
 }
