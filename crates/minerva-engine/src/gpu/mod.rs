@@ -13,5 +13,8 @@ pub mod weights;
 pub use backend::GpuBackend;
 pub use context::{Capabilities, GpuContext, GpuOptions};
 pub use error::{GpuError, GpuResult};
-pub use ops::{AttnShape, Bias, Eltwise, ExpertSel, KvCache, MatSel, Multi, Ops, Region, Step};
+pub use ops::{
+    moe_max_tiles, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, KvCache, MatSel, Multi, Ops,
+    Region, Step,
+};
 pub use weights::GpuWeight;

@@ -22,6 +22,10 @@ const SOURCES: &[(&str, &str)] = &[
     ("matvec.wgsl", include_str!("kernels/matvec.wgsl")),
     ("xstage.wgsl", include_str!("kernels/xstage.wgsl")),
     ("matmul.wgsl", include_str!("kernels/matmul.wgsl")),
+    (
+        "matmul_tiles.wgsl",
+        include_str!("kernels/matmul_tiles.wgsl"),
+    ),
     ("embed.wgsl", include_str!("kernels/embed.wgsl")),
     ("norm.wgsl", include_str!("kernels/norm.wgsl")),
     ("rope.wgsl", include_str!("kernels/rope.wgsl")),
