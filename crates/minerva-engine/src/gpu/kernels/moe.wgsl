@@ -101,8 +101,8 @@ var<workgroup> counts: array<atomic<u32>, MAX_EXPERTS>;
 var<workgroup> scan: array<vec2<u32>, MAX_EXPERTS>;
 
 // One workgroup: count the items of each expert, prefix sums of the counts and of the tiles,
-// then each item takes the next free position of its expert (the order within an expert does
-// not change any result: each item's product is computed on its own).
+// then each item takes a free position of its expert's range (the order within an expert
+// changes no result: each item's product is computed on its own).
 @compute @workgroup_size(256)
 fn group(@builtin(local_invocation_index) e: u32) {
     let items = p.tokens * p.k;
