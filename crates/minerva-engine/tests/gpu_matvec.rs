@@ -1,12 +1,15 @@
-//! GPU weight kernels (decode matvec, prefill matmul, embedding lookup, expert matvec) for every
-//! stored dtype against the CPU: weights dequantized by `minerva_formats::dequantize_rows` (or a
-//! small local reference where the formats crate has no decoder yet), products in f64.
+//! GPU weight kernels (decode matvec, prefill matmul, embedding lookup, expert matvec, grouped
+//! expert matmul) for every stored dtype against the CPU: weights dequantized by
+//! `minerva_formats::dequantize_rows` (or a small local reference where the formats crate has
+//! no decoder yet), products in f64.
 
 mod gpu_common;
 
 use gpu_common::*;
+use minerva_engine::gpu::ops::MATMUL_TOKENS;
 use minerva_engine::gpu::{
-    Bias, Eltwise, ExpertSel, Folds, GpuContext, GpuWeight, MatSel, Multi, NormFold, Ops, Region,
+    moe_max_tiles, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext, GpuWeight, MatSel,
+    Multi, NormFold, Ops, Region,
 };
 use minerva_formats::{dequantize_rows, DType, TensorData, TensorView};
 use std::sync::Arc;
@@ -477,6 +480,156 @@ fn expert_matvec_reads_expert_ids_from_the_gpu() {
                 &mag,
                 2e-5,
             );
+        }
+    }
+}
+
+/// Expert ids for `tokens` tokens, k = 2 distinct experts each: every token's first choice is
+/// expert 1 when `all_one`, else random; expert 3 is never chosen.
+fn expert_ids(tokens: usize, all_one: bool, rng: &mut Rng) -> Vec<u32> {
+    let pool = [0u32, 1, 2, 4];
+    let mut ids = Vec::new();
+    for _ in 0..tokens {
+        let a = if all_one {
+            1
+        } else {
+            pool[rng.below(4) as usize]
+        };
+        let mut b = pool[rng.below(4) as usize];
+        while b == a {
+            b = pool[rng.below(4) as usize];
+        }
+        ids.extend([a, b]);
+    }
+    ids
+}
+
+/// Checks the grouping of `ids`: every item listed once, each tile within one expert's items
+/// and at most a tile long.
+fn check_groups(ids: &[u32], order: &[u32], tiles: &[u32], tile_tokens: u32) {
+    let mut seen = vec![0; ids.len()];
+    for t in tiles.chunks(4) {
+        let (e, first, count) = (t[0], t[1] as usize, t[2]);
+        assert!(count <= tile_tokens, "tile {t:?} too long");
+        for &item in &order[first..first + count as usize] {
+            assert_eq!(ids[item as usize], e, "item {item} in a tile of expert {e}");
+            seen[item as usize] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&c| c == 1), "items listed {seen:?} times");
+}
+
+/// The prefill expert product: the items grouped by expert on the GPU (`moe_group`), then the
+/// tiled kernel over each expert's items, against the CPU item by item: 1, 3, 37 and 130 tokens,
+/// every token picking one expert, an expert nobody picks, experts split across parts, expert
+/// biases, an interleaved (gate_up-style) view over 71 outputs, and gate/up-style (item reads
+/// token i / k) and down-style (item reads row i) inputs.
+#[test]
+fn grouped_expert_matmul_matches_the_cpu() {
+    if device().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(8);
+    let (experts, k, stored, cols) = (5usize, 2usize, 142usize, 64usize);
+    let sel = MatSel {
+        matrix: 0,
+        offset: 1,
+        stride: 2,
+        out_dim: stored / 2,
+        in_dim: cols,
+        input_major: false,
+    };
+    let rows = sel.out_dim;
+    let bias = rng.vec(experts * rows);
+    for dtype in [DType::Q8_0, DType::HfMxfp4] {
+        let s = make(dtype, experts * stored, cols, &mut rng);
+        let w_ref = s.reference().unwrap();
+        let widest = s
+            .bufs
+            .iter()
+            .map(|b| b.len() / (experts * stored))
+            .max()
+            .unwrap();
+        // Whole experts per part: a limit of 2 experts' rows splits 5 experts into 3 parts.
+        for limit in [None, Some(2 * stored * widest + 4)] {
+            let mut ctx = GpuContext::new(&Default::default()).unwrap();
+            if let Some(l) = limit {
+                ctx.caps.max_binding = l as u64;
+            }
+            let ctx = Arc::new(ctx);
+            let ops = Ops::new(ctx.clone());
+            let w = GpuWeight::upload(&ctx, &s.view(vec![experts, stored, cols]), stored).unwrap();
+            assert_eq!(w.parts.len(), if limit.is_some() { 3 } else { 1 });
+            let bb = ctx.storage_with("bias", &bias);
+            for (tokens, all_one) in [(1, false), (3, false), (37, true), (130, false)] {
+                let items = tokens * k;
+                let ids = expert_ids(tokens, all_one, &mut rng);
+                let ib = ctx.storage_with("ids", &ids);
+                let max_tiles = moe_max_tiles(items as u32, experts as u32);
+                let ob = ctx.storage("order", (items * 4) as u64);
+                let tb = ctx.storage("tiles", max_tiles as u64 * 16);
+                let g = ops
+                    .moe_group(&ib, experts as u32, k as u32, tokens as u32, &ob, &tb)
+                    .unwrap();
+                ctx.submit(&[&g]).unwrap();
+                check_groups(
+                    &ids,
+                    &ctx.read_u32(&ob, 0, items).unwrap(),
+                    &ctx.read_u32(&tb, 0, max_tiles as usize * 4).unwrap(),
+                    MATMUL_TOKENS,
+                );
+                for x_div in [k, 1] {
+                    let x = rng.vec(items / x_div * cols);
+                    let xb = ctx.storage_with("x", &x);
+                    let yb = ctx.storage("y", (items * rows * 4) as u64);
+                    let d = ops
+                        .matmul_experts(
+                            &w,
+                            &sel,
+                            Region::new(&xb, 0, cols as u32),
+                            Region::new(&yb, 0, rows as u32),
+                            Some(Bias {
+                                buf: &bb,
+                                offset: 0,
+                                expert_stride: rows as u32,
+                            }),
+                            ExpertTiles {
+                                order: &ob,
+                                tiles: &tb,
+                                max_tiles,
+                                x_div: x_div as u32,
+                            },
+                        )
+                        .unwrap();
+                    ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                    let got = ctx.read_f32(&yb, 0, items * rows).unwrap();
+                    for (i, &e) in ids.iter().enumerate() {
+                        let e = e as usize;
+                        let wsel: Vec<f32> = (0..rows)
+                            .flat_map(|j| {
+                                let r = e * stored + 1 + 2 * j;
+                                w_ref[r * cols..(r + 1) * cols].to_vec()
+                            })
+                            .collect();
+                        let xi = &x[(i / x_div) * cols..(i / x_div + 1) * cols];
+                        let (mut want, mag) = cpu_matmul(&wsel, xi, rows, cols, 1);
+                        for (j, v) in want.iter_mut().enumerate() {
+                            *v += bias[e * rows + j];
+                        }
+                        assert_dots_close(
+                            &format!(
+                                "{} {tokens} tokens, x_div {x_div}, parts {}, item {i}",
+                                dtype.name(),
+                                w.parts.len()
+                            ),
+                            &got[i * rows..(i + 1) * rows],
+                            &want,
+                            &mag,
+                            2e-5,
+                        );
+                    }
+                }
+            }
         }
     }
 }

@@ -1,13 +1,15 @@
 //! GPU activation kernels against plain CPU versions on random data of awkward sizes: RMSNorm,
 //! RoPE (both layouts), add / SwiGLU / gpt-oss GLU, attention over the KV cache (GQA, causal,
 //! sliding window, sinks, f16 and f32 caches, several key chunks, a wrapping window cache, RoPE
-//! fused into the cache write, one-dispatch decode), MoE routing and combining, argmax and top-k
-//! over one or many workgroups.
+//! fused into the cache write, one-dispatch decode), MoE routing (ties, k = E, many tokens) and
+//! combining, argmax and top-k over one or many workgroups.
 
 mod gpu_common;
 
 use gpu_common::*;
 use minerva_engine::gpu::ops::{select_scratch_len, Rotary};
+use minerva_engine::backend::Routing;
+use minerva_engine::cpu::route;
 use minerva_engine::gpu::{AttnShape, Eltwise, GpuContext, KvCache, Ops, Region, Step};
 use std::sync::Arc;
 
@@ -720,6 +722,74 @@ fn cpu_order(row: &[f32]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..row.len()).collect();
     order.sort_by(|a, b| row[*b].total_cmp(&row[*a]).then(a.cmp(b)));
     order
+}
+
+/// Routing against the CPU's `route` for each softmax variant (over the chosen, over all then
+/// renormalized, over all): ties (a whole row of equal
+/// logits, and ties across the top-k boundary) go to the lower expert id; k = E; one token and
+/// many (several workgroups); gpt-oss's 32 experts and the largest count the kernel takes.
+#[test]
+fn moe_route_ties_all_experts_and_many_tokens() {
+    let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(16);
+    for (experts, k, tokens) in [
+        (4usize, 4usize, 3usize),
+        (32, 4, 1),
+        (32, 4, 70),
+        (256, 8, 5),
+    ] {
+        let mut logits = rng.vec(tokens * experts);
+        // Token 0: every logit equal. Last token: the k-th and (k+1)-th largest tie.
+        logits[..experts].fill(0.25);
+        let last = &mut logits[(tokens - 1) * experts..];
+        if tokens > 1 && k < experts {
+            let mut order: Vec<usize> = (0..experts).collect();
+            order.sort_by(|a, b| last[*b].total_cmp(&last[*a]));
+            let (a, b) = (order[k - 1], order[k]);
+            last[a.max(b)] = last[a.min(b)];
+        }
+        let lb = ctx.storage_with("logits", &logits);
+        for (after, norm) in [(true, false), (false, true), (false, false)] {
+            let routing = Routing {
+                top_k: k,
+                softmax_after_topk: after,
+                norm_topk_prob: norm,
+            };
+            let renorm = after || norm;
+            let (ib, wb) = (
+                ctx.storage("ids", (tokens * k * 4) as u64),
+                ctx.storage("w", (tokens * k * 4) as u64),
+            );
+            let d = ops
+                .moe_route(
+                    &lb,
+                    0,
+                    experts as u32,
+                    k as u32,
+                    tokens as u32,
+                    renorm,
+                    &ib,
+                    &wb,
+                )
+                .unwrap();
+            run(&ctx, &[&d]);
+            let ids = ctx.read_u32(&ib, 0, tokens * k).unwrap();
+            let ws = ctx.read_f32(&wb, 0, tokens * k).unwrap();
+            for t in 0..tokens {
+                let want = route(&logits[t * experts..(t + 1) * experts], &routing);
+                for (s, (e, w)) in want.into_iter().enumerate() {
+                    let what = format!("E {experts} k {k} {routing:?} token {t} slot {s}");
+                    assert_eq!(ids[t * k + s] as usize, e, "{what}");
+                    assert!(
+                        (ws[t * k + s] - w).abs() < 1e-5,
+                        "{what}: {} vs {w}",
+                        ws[t * k + s]
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[test]

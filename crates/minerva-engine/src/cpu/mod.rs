@@ -7,6 +7,7 @@ mod matmul;
 mod moe;
 
 pub use matmul::dot;
+pub use moe::route;
 
 use crate::backend::{
     AttnParams, Backend, BufId, KvId, KvSpec, Linear, MoeBlock, RopeParams, VecRef, WeightId,

@@ -7,8 +7,8 @@
 use super::context::{GpuContext, GpuOptions};
 use super::error::{GpuError, GpuResult};
 use super::ops::{
-    select_scratch_len, AttnShape, Bias, Eltwise, ExpertSel, Folds, KvCache, MatSel, Multi,
-    NormFold, Ops, Region, Rotary, Step,
+    moe_max_tiles, select_scratch_len, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds,
+    KvCache, MatSel, Multi, NormFold, Ops, Region, Rotary, Step,
 };
 use super::pipelines::Dispatch;
 use super::weights::GpuWeight;
@@ -1233,6 +1233,14 @@ impl Backend for GpuBackend {
             self.scratch("moe up", (items * width * 4) as u64);
             self.scratch("moe act", (items * width * 4) as u64);
             self.scratch("moe expert out", (items * hidden * 4) as u64);
+            // Prompts: the items grouped by expert, so each expert's weights are decoded once per
+            // tile of items instead of once per item.
+            let grouped = n > 1;
+            let max_tiles = moe_max_tiles(items as u32, experts as u32);
+            if grouped {
+                self.scratch("moe order", (items * 4) as u64);
+                self.scratch("moe tiles", max_tiles as u64 * 16);
+            }
             let e0 = block.experts[0];
             let mut biases = Vec::new();
             for l in [&e0.gate, &e0.up, &e0.down] {
@@ -1251,35 +1259,65 @@ impl Backend for GpuBackend {
                 let actb = s.src(Src::Scratch("moe act"))?;
                 let eo = s.src(Src::Scratch("moe expert out"))?;
                 let xb = &s.buf(x)?.buf;
-                // Expert e's bias is row `row + e` of its [experts, width] tensor.
-                let bias = |i: usize, _lin: &Linear| {
-                    biases[i].map(|(wid, off)| Bias {
-                        buf: s.vector_buf(wid),
-                        offset: off,
-                        expert_stride: s.weights[wid as usize].cols as u32,
-                    })
-                };
-                let w = width as u32;
                 let mut d = Vec::new();
-                for (i, (lin, dst)) in [(&e0.gate, gate), (&e0.up, up)].into_iter().enumerate() {
+                let groups = if grouped {
+                    let order = s.src(Src::Scratch("moe order"))?;
+                    let tiles = s.src(Src::Scratch("moe tiles"))?;
+                    d.push(s.ops.moe_group(
+                        ids,
+                        experts as u32,
+                        k as u32,
+                        n as u32,
+                        order,
+                        tiles,
+                    )?);
+                    Some((order, tiles))
+                } else {
+                    None
+                };
+                // One projection of every item through its expert; item i reads x row i / x_div.
+                // Expert e's bias is row `row + e` of its [experts, width] tensor.
+                let product = |i: usize, lin: &Linear, xr: Region, yr: Region, x_div: u32| {
+                    let w = s.weight(lin.w.weight)?;
                     let sel = MatSel {
                         matrix: 0,
                         ..s.sel(&lin.w)
                     };
-                    d.extend(s.ops.matvec(
-                        s.weight(lin.w.weight)?,
-                        &sel,
-                        Region::new(xb, 0, hidden as u32),
-                        Region::new(dst, 0, w),
-                        items as u32,
-                        bias(i, lin),
-                        Some(ExpertSel {
-                            ids,
-                            x_div: k as u32,
-                        }),
-                        Folds::default(),
-                    )?);
-                }
+                    let bias = biases[i].map(|(wid, off)| Bias {
+                        buf: s.vector_buf(wid),
+                        offset: off,
+                        expert_stride: s.weights[wid as usize].cols as u32,
+                    });
+                    Ok::<_, EngineError>(match groups {
+                        Some((order, tiles)) => s.ops.matmul_experts(
+                            w,
+                            &sel,
+                            xr,
+                            yr,
+                            bias,
+                            ExpertTiles {
+                                order,
+                                tiles,
+                                max_tiles,
+                                x_div,
+                            },
+                        )?,
+                        None => s.ops.matvec(
+                            w,
+                            &sel,
+                            xr,
+                            yr,
+                            items as u32,
+                            bias,
+                            Some(ExpertSel { ids, x_div }),
+                            Folds::default(),
+                        )?,
+                    })
+                };
+                let (h, w) = (hidden as u32, width as u32);
+                let xr = Region::new(xb, 0, h);
+                d.extend(product(0, &e0.gate, xr, Region::new(gate, 0, w), k as u32)?);
+                d.extend(product(1, &e0.up, xr, Region::new(up, 0, w), k as u32)?);
                 d.push(s.ops.eltwise(
                     act,
                     Region::new(gate, 0, w),
@@ -1288,25 +1326,18 @@ impl Backend for GpuBackend {
                     w,
                     items as u32,
                 )?);
-                let sel = MatSel {
-                    matrix: 0,
-                    ..s.sel(&e0.down.w)
-                };
-                d.extend(s.ops.matvec(
-                    s.weight(e0.down.w.weight)?,
-                    &sel,
+                d.extend(product(
+                    2,
+                    &e0.down,
                     Region::new(actb, 0, w),
-                    Region::new(eo, 0, hidden as u32),
-                    items as u32,
-                    bias(2, &e0.down),
-                    Some(ExpertSel { ids, x_div: 1 }),
-                    Folds::default(),
+                    Region::new(eo, 0, h),
+                    1,
                 )?);
                 d.push(s.ops.moe_combine(
                     eo,
                     s.src(Src::Scratch("moe weights"))?,
                     &s.buf(out)?.buf,
-                    hidden as u32,
+                    h,
                     k as u32,
                     n as u32,
                 )?);

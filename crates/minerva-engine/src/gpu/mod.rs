@@ -14,6 +14,7 @@ pub use backend::GpuBackend;
 pub use context::{Capabilities, GpuContext, GpuOptions};
 pub use error::{GpuError, GpuResult};
 pub use ops::{
-    AttnShape, Bias, Eltwise, ExpertSel, Folds, KvCache, MatSel, Multi, NormFold, Ops, Region, Step,
+    moe_max_tiles, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, KvCache, MatSel, Multi,
+    NormFold, Ops, Region, Step,
 };
 pub use weights::GpuWeight;

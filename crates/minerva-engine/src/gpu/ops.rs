@@ -63,6 +63,20 @@ pub struct ExpertSel<'a> {
     pub x_div: u32,
 }
 
+/// Mixture-of-experts addressing for the prefill product over an [experts, rows, cols] weight:
+/// the items grouped by expert in tiles (`Ops::moe_group`).
+#[derive(Clone, Copy)]
+pub struct ExpertTiles<'a> {
+    /// Item indices, expert by expert.
+    pub order: &'a wgpu::Buffer,
+    /// Per tile: expert, first position in `order`, items (0: an empty tile).
+    pub tiles: &'a wgpu::Buffer,
+    /// Tiles launched: `moe_max_tiles` of the item and expert counts.
+    pub max_tiles: u32,
+    /// Item i reads input vector i / x_div (k for gate/up, 1 for down).
+    pub x_div: u32,
+}
+
 /// Which matrix of a weight, and which of its outputs, a product uses: output j is stored
 /// output `offset + j · stride` of matrix `matrix` (experts: the matrix comes from the ids).
 /// `input_major` weights store each matrix as [in_dim][outputs] (float dtypes only).
@@ -237,7 +251,12 @@ struct MatmulParams {
     bias_offset: u32,
     row_base: u32,
     row_stride: u32,
-    _pad: [u32; 2],
+    matrix_rows: u32,
+    bias_stride: u32,
+    expert_first: u32,
+    expert_count: u32,
+    x_div: u32,
+    _pad: u32,
 }
 
 #[repr(C)]
@@ -322,7 +341,10 @@ struct MoeParams {
     renorm: u32,
     n: u32,
     logits_offset: u32,
-    _pad: [u32; 2],
+    groups_x: u32,
+    tile_tokens: u32,
+    max_tiles: u32,
+    _pad: [u32; 3],
 }
 
 #[repr(C)]
@@ -372,6 +394,21 @@ pub enum Multi {
     Split,
     /// act(W0·x, W1·x) into one buffer (gate, up): `Eltwise::SwiGlu` or `Eltwise::GluOss`.
     Glu(Eltwise),
+}
+
+/// Weight rows and tokens per tile of the prefill product (TR and TT in matmul.wgsl).
+const MATMUL_ROWS: u32 = 64;
+pub const MATMUL_TOKENS: u32 = 32;
+
+/// Largest expert count and top-k of the routing kernels (MAX_EXPERTS and MAX_K in moe.wgsl).
+const MOE_MAX_EXPERTS: u32 = 256;
+const MOE_MAX_K: u32 = 32;
+
+/// Tiles of `MATMUL_TOKENS` that `items` items grouped by expert can need at most: each expert
+/// with items rounds up once, and each tile holds at least one item.
+pub fn moe_max_tiles(items: u32, experts: u32) -> u32 {
+    let busy = experts.min(items);
+    ((items + busy * (MATMUL_TOKENS - 1)) / MATMUL_TOKENS).min(items)
 }
 
 /// Keys per chunk of the split-K attention kernel (CHUNK in attention.wgsl).
@@ -865,14 +902,62 @@ impl Ops {
         tokens: u32,
         bias: Option<Bias>,
     ) -> GpuResult<Vec<Dispatch>> {
+        self.tiled(w, sel, x, y, tokens, bias, None)
+    }
+
+    /// y[i] = W_{e(i)} · x[i / x_div] (+ the expert's bias) for the items grouped by expert in
+    /// `experts` (`moe_group`): the tiled prefill kernel, each tile over one expert's items.
+    pub fn matmul_experts(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        x: Region,
+        y: Region,
+        bias: Option<Bias>,
+        experts: ExpertTiles,
+    ) -> GpuResult<Vec<Dispatch>> {
+        if experts.max_tiles > 65535 {
+            return Err(GpuError::Unsupported {
+                tensor: w.name.clone(),
+                reason: format!("{} expert tiles in one dispatch", experts.max_tiles),
+            });
+        }
+        self.tiled(w, sel, x, y, 0, bias, Some(experts))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn tiled(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        x: Region,
+        y: Region,
+        tokens: u32,
+        bias: Option<Bias>,
+        experts: Option<ExpertTiles>,
+    ) -> GpuResult<Vec<Dispatch>> {
         w.check_sel(sel)?;
         let mut d = self.weight_defines(w, sel);
         if bias.is_some() {
             d.insert("BIAS".into(), String::new());
         }
+        if experts.is_some() {
+            d.insert("EXPERTS".into(), String::new());
+        }
         let pipe = self.pipeline("matmul.wgsl", &d, "main")?;
+        let mrows = w.matrix_rows(sel.input_major);
+        // Stored rows per matrix (parts hold whole matrices when used with experts).
+        let stored = if sel.input_major { sel.in_dim } else { mrows }.max(1);
+        let ranges = match experts {
+            Some(_) => Self::expert_ranges(w, sel),
+            None => w.ranges(sel),
+        };
+        let tiles = match experts {
+            Some(e) => e.max_tiles,
+            None => tokens.div_ceil(MATMUL_TOKENS),
+        };
         let mut out = Vec::new();
-        for r in w.ranges(sel) {
+        for r in ranges {
             let part = &w.parts[r.part];
             let rows = (r.j_hi - r.j_lo) as u32;
             let params = MatmulParams {
@@ -886,7 +971,12 @@ impl Ops {
                 bias_offset: bias.map(|b| b.offset).unwrap_or(0) + r.j_lo as u32,
                 row_base: r.row_base as u32,
                 row_stride: sel.stride as u32,
-                _pad: [0; 2],
+                matrix_rows: mrows as u32,
+                bias_stride: bias.map(|b| b.expert_stride).unwrap_or(0),
+                expert_first: (part.first_row / stored) as u32,
+                expert_count: (part.rows / stored) as u32,
+                x_div: experts.map(|e| e.x_div.max(1)).unwrap_or(1),
+                _pad: 0,
             };
             let ub = self.ctx.uniform("matmul params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = part
@@ -896,16 +986,31 @@ impl Ops {
                 .map(|(i, b)| (i as u32, b))
                 .collect();
             entries.extend([(3, x.buf), (4, y.buf), (5, &ub)]);
+            if let Some(e) = &experts {
+                entries.extend([(6, e.order), (8, e.tiles)]);
+            }
             if let Some(b) = &bias {
                 entries.push((7, b.buf));
             }
             out.push(self.dispatch(
                 pipe.clone(),
                 &entries,
-                [rows.div_ceil(64), tokens.div_ceil(32), 1],
+                [rows.div_ceil(MATMUL_ROWS), tiles, 1],
             ));
         }
         Ok(out)
+    }
+
+    /// Experts: every part runs every item and skips those whose matrix it does not hold.
+    fn expert_ranges(w: &GpuWeight, sel: &MatSel) -> Vec<PartRange> {
+        (0..w.parts.len())
+            .map(|i| PartRange {
+                part: i,
+                j_lo: 0,
+                j_hi: sel.out_dim,
+                row_base: sel.offset,
+            })
+            .collect()
     }
 
     /// y[t] = table[ids[t]] · scale, dense [tokens, cols].
@@ -1283,7 +1388,8 @@ impl Ops {
         }
     }
 
-    /// Router logits [tokens, experts] (at `offset` of `logits`) → ids and weights [tokens, k].
+    /// Router logits [tokens, experts] (at `offset` of `logits`) → ids and weights [tokens, k]:
+    /// one workgroup per token, one thread per expert.
     #[allow(clippy::too_many_arguments)]
     pub fn moe_route(
         &self,
@@ -1296,20 +1402,66 @@ impl Ops {
         ids: &wgpu::Buffer,
         weights: &wgpu::Buffer,
     ) -> GpuResult<Dispatch> {
+        Self::check_routing(experts, k)?;
         let pipe = self.pipeline("moe.wgsl", &Defines::new(), "route")?;
+        let (gx, gy) = grid2(tokens);
         let params = MoeParams {
             experts,
             k,
             tokens,
             renorm: renorm as u32,
             logits_offset: offset,
+            groups_x: gx,
             ..Zeroable::zeroed()
         };
         let ub = self.ctx.uniform("route params", &params);
         Ok(self.dispatch(
             pipe,
             &[(0, &ub), (1, logits), (2, ids), (3, weights)],
-            [tokens.div_ceil(64), 1, 1],
+            [gx, gy, 1],
+        ))
+    }
+
+    fn check_routing(experts: u32, k: u32) -> GpuResult<()> {
+        if experts > MOE_MAX_EXPERTS || k > MOE_MAX_K || k > experts {
+            return Err(GpuError::Unsupported {
+                tensor: "moe router".into(),
+                reason: format!(
+                    "top-{k} of {experts} experts (the GPU routes at most top-{MOE_MAX_K} of \
+                     {MOE_MAX_EXPERTS})"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The tokens · k items of `ids` grouped by expert for `matmul_experts`: `order` gets the
+    /// item indices expert by expert, `tiles` (`moe_max_tiles` entries of 4 u32) each tile's
+    /// expert, first position in `order` and item count.
+    pub fn moe_group(
+        &self,
+        ids: &wgpu::Buffer,
+        experts: u32,
+        k: u32,
+        tokens: u32,
+        order: &wgpu::Buffer,
+        tiles: &wgpu::Buffer,
+    ) -> GpuResult<Dispatch> {
+        Self::check_routing(experts, k)?;
+        let pipe = self.pipeline("moe.wgsl", &Defines::new(), "group")?;
+        let params = MoeParams {
+            experts,
+            k,
+            tokens,
+            tile_tokens: MATMUL_TOKENS,
+            max_tiles: moe_max_tiles(tokens * k, experts),
+            ..Zeroable::zeroed()
+        };
+        let ub = self.ctx.uniform("group params", &params);
+        Ok(self.dispatch(
+            pipe,
+            &[(0, &ub), (2, ids), (5, order), (6, tiles)],
+            [1, 1, 1],
         ))
     }
 

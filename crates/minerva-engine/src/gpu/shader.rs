@@ -23,6 +23,10 @@ const SOURCES: &[(&str, &str)] = &[
     ("unit.wgsl", include_str!("kernels/unit.wgsl")),
     ("product.wgsl", include_str!("kernels/product.wgsl")),
     ("matmul.wgsl", include_str!("kernels/matmul.wgsl")),
+    (
+        "matmul_tiles.wgsl",
+        include_str!("kernels/matmul_tiles.wgsl"),
+    ),
     ("embed.wgsl", include_str!("kernels/embed.wgsl")),
     ("norm.wgsl", include_str!("kernels/norm.wgsl")),
     ("rope.wgsl", include_str!("kernels/rope.wgsl")),
