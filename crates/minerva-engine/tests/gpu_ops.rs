@@ -7,9 +7,9 @@
 mod gpu_common;
 
 use gpu_common::*;
-use minerva_engine::gpu::ops::{select_scratch_len, Rotary};
 use minerva_engine::backend::Routing;
 use minerva_engine::cpu::route;
+use minerva_engine::gpu::ops::{select_scratch_len, Rotary};
 use minerva_engine::gpu::{AttnShape, Eltwise, GpuContext, KvCache, Ops, Region, Step};
 use std::sync::Arc;
 

@@ -42,7 +42,12 @@ struct Kv {
 
 /// Consecutive fusable products: their input, (weight, output, bias) triples, the pending length
 /// after their dispatch, and the deferred norm they fold in.
-type Products = (BufId, Vec<(WeightId, BufId, Option<VecRef>)>, usize, Option<Deferred>);
+type Products = (
+    BufId,
+    Vec<(WeightId, BufId, Option<VecRef>)>,
+    usize,
+    Option<Deferred>,
+);
 
 /// An RMSNorm of one row (over whole rows) that was recorded but not dispatched: decode products
 /// of `out` read `x` and fold the norm in (`NormFold`). If anything else reads `out` before it

@@ -44,17 +44,12 @@ fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
 #ifdef DT_MXFP4
     let s = e8m0(w0_byte(b));
     let q = w0_word(b + 1u + 4u * j);
-    let lo = q & 0x0F0F0F0Fu;
-    let hi = (q >> 4u) & 0x0F0F0F0Fu;
-    return Part(
-        vec4<f32>(e2m1(lo), e2m1(lo >> 8u), e2m1(lo >> 16u), e2m1(lo >> 24u)) * s,
-        vec4<f32>(e2m1(hi), e2m1(hi >> 8u), e2m1(hi >> 16u), e2m1(hi >> 24u)) * s,
-    );
+    return Part(e2m1_bytes(q, s), e2m1_bytes(q >> 4u, s));
 #endif
 #ifdef DT_Q4_0
     let d = w0_f16(b);
     let q = w0_word(b + 2u + 4u * j);
-    return Part((lo4(q) - 8.0) * d, (hi4(q) - 8.0) * d);
+    return Part(lo4_minus(q, 8.0) * d, hi4_minus(q, 8.0) * d);
 #endif
 #ifdef DT_Q4_1
     let d = w0_f16(b);
