@@ -170,6 +170,12 @@ pub trait Backend: Send {
     /// A short name for messages and stats ("cpu", "gpu: <adapter>").
     fn name(&self) -> String;
 
+    /// Whether kernels are built (compiled) the first time an op runs: the model then runs a
+    /// throwaway step at load, so that no request waits for them.
+    fn builds_kernels_on_first_use(&self) -> bool {
+        false
+    }
+
     /// Uploads a tensor as stored (every dtype of `minerva_formats::DType` that the backend
     /// can decode; an error names the tensor otherwise).
     fn upload(&mut self, view: &TensorView) -> Result<WeightId>;

@@ -145,14 +145,30 @@ impl Model {
             logits: b.alloc(1, spec.vocab_size)?,
             all_logits: None,
         };
-        Ok(Model {
+        let mut model = Model {
             spec,
             backend: b,
             weights,
             rope,
             max_batch,
             s,
-        })
+        };
+        if model.backend.builds_kernels_on_first_use() {
+            model.warm_up()?;
+        }
+        Ok(model)
+    }
+
+    /// A throwaway prefill of two tokens and one decode step, so that the kernels both run are
+    /// built at load rather than during the first request's tokens.
+    fn warm_up(&mut self) -> Result<()> {
+        let mut cache = self.new_cache(4)?;
+        let run = self
+            .prefill(&mut cache, &[0, 0])
+            .and_then(|_| self.prefill(&mut cache, &[0]))
+            .and_then(|_| self.argmax());
+        self.free_cache(cache);
+        run.map(|_| ())
     }
 
     pub fn backend_name(&self) -> String {

@@ -686,6 +686,10 @@ impl Backend for GpuBackend {
         format!("gpu: {}", self.ctx.info.name)
     }
 
+    fn builds_kernels_on_first_use(&self) -> bool {
+        true
+    }
+
     fn upload(&mut self, view: &TensorView) -> Result<WeightId> {
         // Stacked matrices (experts) stay whole within a part so that ids can pick them.
         let n = view.shape.len();
