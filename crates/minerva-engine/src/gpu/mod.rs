@@ -13,5 +13,7 @@ pub mod weights;
 pub use backend::GpuBackend;
 pub use context::{Capabilities, GpuContext, GpuOptions};
 pub use error::{GpuError, GpuResult};
-pub use ops::{AttnShape, Bias, Eltwise, ExpertSel, KvCache, MatSel, Multi, Ops, Region, Step};
+pub use ops::{
+    AttnShape, Bias, Eltwise, ExpertSel, KvCache, MatSel, MatmulTile, Multi, Ops, Region, Step,
+};
 pub use weights::GpuWeight;
