@@ -9,7 +9,7 @@ use gpu_common::*;
 use minerva_engine::gpu::ops::MATMUL_TOKENS;
 use minerva_engine::gpu::{
     moe_max_tiles, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext, GpuWeight, MatSel,
-    Multi, NormFold, Ops, Region,
+    MatmulTile, Multi, NormFold, Ops, Region,
 };
 use minerva_formats::{dequantize_rows, DType, TensorData, TensorView};
 use std::sync::Arc;
@@ -242,20 +242,20 @@ fn all_dtypes() -> Vec<(DType, usize)> {
     v
 }
 
-/// Runs matvec (3 vectors), matmul (37 tokens) and embedding (5 ids) for one weight and checks
-/// them against the CPU.
-fn check_stored(ctx: Arc<GpuContext>, s: &Stored, want_parts: Option<usize>) {
+/// Runs matvec (3 vectors), matmul (every tile, 1 to 100 tokens) and embedding (5 ids) for one
+/// weight and checks them against the CPU.
+fn check_stored(ops: &Ops, s: &Stored, want_parts: Option<usize>) {
     let Some(w_ref) = s.reference() else { return };
-    check_weight(ctx, &s.view(vec![s.rows, s.cols]), &w_ref, want_parts);
+    check_weight(ops, &s.view(vec![s.rows, s.cols]), &w_ref, want_parts);
 }
 
-fn check_weight(ctx: Arc<GpuContext>, view: &TensorView, w_ref: &[f32], want_parts: Option<usize>) {
+fn check_weight(ops: &Ops, view: &TensorView, w_ref: &[f32], want_parts: Option<usize>) {
+    let ctx = &ops.ctx;
     let name = view.dtype.name();
-    let w = GpuWeight::upload(&ctx, view, 1).unwrap();
+    let w = GpuWeight::upload(ctx, view, 1).unwrap();
     if let Some(n) = want_parts {
         assert_eq!(w.parts.len(), n, "{name}: parts");
     }
-    let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(7);
     let (rows, cols) = (view.rows(), view.row_len());
 
@@ -291,25 +291,12 @@ fn check_weight(ctx: Arc<GpuContext>, view: &TensorView, w_ref: &[f32], want_par
         );
     }
 
-    // Prefill matmul over 37 tokens (not a multiple of the 32-token tile).
-    let tokens = 37;
-    let x = rng.vec(tokens * cols);
-    let xbuf = ctx.storage_with("x", &x);
-    let ybuf = ctx.storage("y", (tokens * rows * 4) as u64);
-    let d = ops
-        .matmul(
-            &w,
-            &MatSel::whole(&w),
-            Region::new(&xbuf, 0, cols as u32),
-            Region::new(&ybuf, 0, rows as u32),
-            tokens as u32,
-            None,
-        )
-        .unwrap();
-    ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
-    let (want, mag) = cpu_matmul(w_ref, &x, rows, cols, tokens);
-    let got = ctx.read_f32(&ybuf, 0, tokens * rows).unwrap();
-    assert_dots_close(&format!("{name} matmul"), &got, &want, &mag, 2e-5);
+    // Prefill matmul with every tile, at token counts below, at and past the tiles' sizes.
+    for tile in MatmulTile::ALL {
+        for tokens in [1, 3, 33, 65, 100] {
+            check_matmul(ops, &w, w_ref, tokens, tile, None, &mut rng);
+        }
+    }
 
     // Embedding lookup of rows in every part.
     let ids: Vec<u32> = vec![0, rows as u32 - 1, 3, rows as u32 / 2, 3];
@@ -329,16 +316,103 @@ fn check_weight(ctx: Arc<GpuContext>, view: &TensorView, w_ref: &[f32], want_par
     assert_close(&format!("{name} embedding"), &got, &want, 1e-6);
 }
 
+/// Checks a prefill matmul of `tokens` rows of x (from offset 5, 3 values of padding per row)
+/// into y (from offset 1, 2 values of padding per row), with an optional bias, against the CPU.
+fn check_matmul(
+    ops: &Ops,
+    w: &GpuWeight,
+    w_ref: &[f32],
+    tokens: usize,
+    tile: MatmulTile,
+    bias: Option<&[f32]>,
+    rng: &mut Rng,
+) {
+    let ctx = &ops.ctx;
+    let (rows, cols) = (w.rows, w.cols);
+    let (xs, ys) = (cols + 3, rows + 2);
+    let x = rng.vec(tokens * cols);
+    let mut xb = vec![0f32; 5 + tokens * xs];
+    for t in 0..tokens {
+        xb[5 + t * xs..5 + t * xs + cols].copy_from_slice(&x[t * cols..(t + 1) * cols]);
+    }
+    let xbuf = ctx.storage_with("x", &xb);
+    let ybuf = ctx.storage("y", ((1 + tokens * ys) * 4) as u64);
+    let bbuf = bias.map(|b| {
+        let mut padded = vec![0f32; 2];
+        padded.extend_from_slice(b);
+        ctx.storage_with("bias", &padded)
+    });
+    let d = ops
+        .matmul_tiled(
+            w,
+            &MatSel::whole(w),
+            Region::new(&xbuf, 5, xs as u32),
+            Region::new(&ybuf, 1, ys as u32),
+            tokens as u32,
+            bbuf.as_ref().map(|buf| Bias {
+                buf,
+                offset: 2,
+                expert_stride: 0,
+            }),
+            tile,
+        )
+        .unwrap();
+    ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+    let (mut want, mag) = cpu_matmul(w_ref, &x, rows, cols, tokens);
+    if let Some(b) = bias {
+        for (i, v) in want.iter_mut().enumerate() {
+            *v += b[i % rows];
+        }
+    }
+    let got = ctx.read_f32(&ybuf, 0, 1 + tokens * ys).unwrap();
+    let got: Vec<f32> = (0..tokens)
+        .flat_map(|t| got[1 + t * ys..1 + t * ys + rows].to_vec())
+        .collect();
+    let label = format!(
+        "{} matmul {tile:?} tile, {tokens} tokens, bias {}",
+        w.dtype.name(),
+        bias.is_some()
+    );
+    assert_dots_close(&label, &got, &want, &mag, 2e-5);
+}
+
 #[test]
 fn every_dtype_matches_the_cpu() {
     let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx);
     let mut rng = Rng::new(1);
     for (dtype, cols) in all_dtypes() {
         let s = make(dtype, 45, cols, &mut rng);
-        check_stored(ctx.clone(), &s, Some(1));
+        check_stored(&ops, &s, Some(1));
         // Rows longer than one staged chunk of x (64 units of 32 values).
         let long = make(dtype, 5, cols * (2048 / cols + 1) + cols, &mut rng);
-        check_stored(ctx.clone(), &long, Some(1));
+        check_stored(&ops, &long, Some(1));
+    }
+}
+
+/// Prefill matmul with a bias, for float rows of odd length, blocks, super-blocks and MLX groups,
+/// with every tile.
+#[test]
+fn matmul_adds_the_bias_with_every_tile() {
+    let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(8);
+    let cases = [
+        (DType::F16, 45),
+        (DType::Q4_0, 96),
+        (DType::Q4_K, 512),
+        (DType::MlxAffine { bits: 4, group: 64 }, 128),
+    ];
+    for (dtype, cols) in cases {
+        let s = make(dtype, 37, cols, &mut rng);
+        let w_ref = s.reference().unwrap();
+        let w = GpuWeight::upload(&ctx, &s.view(vec![37, cols]), 1).unwrap();
+        let bias = rng.vec(37);
+        for tile in MatmulTile::ALL {
+            for tokens in [2, 17, 70] {
+                check_matmul(&ops, &w, &w_ref, tokens, tile, Some(&bias), &mut rng);
+            }
+        }
     }
 }
 
@@ -347,6 +421,7 @@ fn every_dtype_matches_the_cpu() {
 #[test]
 fn gguf_blocks_match_gguf_py() {
     let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx);
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../tests/fixtures/gpu/ggml_blocks.safetensors"
@@ -377,7 +452,7 @@ fn gguf_blocks_match_gguf_py() {
             dtype,
             data: TensorData::Plain(blocks.data()),
         };
-        check_weight(ctx.clone(), &view, &w_ref, Some(1));
+        check_weight(&ops, &view, &w_ref, Some(1));
     }
 }
 
@@ -399,7 +474,7 @@ fn weights_split_across_bindings_give_the_same_results() {
         let widest = s.bufs.iter().map(|b| b.len() / 45).max().unwrap();
         let mut ctx = GpuContext::new(&Default::default()).unwrap();
         ctx.caps.max_binding = (widest * 10 + 4) as u64;
-        check_stored(Arc::new(ctx), &s, Some(5));
+        check_stored(&Ops::new(Arc::new(ctx)), &s, Some(5));
     }
 }
 
@@ -696,17 +771,18 @@ fn strided_views_and_input_major_weights() {
                 &mag,
                 2e-5,
             );
-            let mm = ops
-                .matmul(&w, &sel, Region::new(&xb, 0, cols as u32), y, 2, None)
-                .unwrap();
-            ctx.submit(&mm.iter().collect::<Vec<_>>()).unwrap();
-            assert_dots_close(
-                &format!("strided matmul split={split}"),
-                &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
-                &want,
-                &mag,
-                2e-5,
-            );
+            for tile in MatmulTile::ALL {
+                let xr = Region::new(&xb, 0, cols as u32);
+                let mm = ops.matmul_tiled(&w, &sel, xr, y, 2, None, tile).unwrap();
+                ctx.submit(&mm.iter().collect::<Vec<_>>()).unwrap();
+                assert_dots_close(
+                    &format!("strided matmul split={split} {tile:?}"),
+                    &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
+                    &want,
+                    &mag,
+                    2e-5,
+                );
+            }
         }
     }
 
@@ -764,17 +840,18 @@ fn strided_views_and_input_major_weights() {
         &mag,
         2e-5,
     );
-    let mm = ops
-        .matmul(&w, &sel, Region::new(&xb, 0, inp as u32), y, 2, None)
-        .unwrap();
-    ctx.submit(&mm.iter().collect::<Vec<_>>()).unwrap();
-    assert_dots_close(
-        "input-major matmul",
-        &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
-        &want,
-        &mag,
-        2e-5,
-    );
+    for tile in MatmulTile::ALL {
+        let xr = Region::new(&xb, 0, inp as u32);
+        let mm = ops.matmul_tiled(&w, &sel, xr, y, 2, None, tile).unwrap();
+        ctx.submit(&mm.iter().collect::<Vec<_>>()).unwrap();
+        assert_dots_close(
+            &format!("input-major matmul {tile:?}"),
+            &ctx.read_f32(&yb, 0, 2 * sel.out_dim).unwrap(),
+            &want,
+            &mag,
+            2e-5,
+        );
+    }
     // Experts 0 and 2 for the two vectors.
     let ids = ctx.storage_with("ids", &[0u32, 2]);
     let sel = MatSel { matrix: 0, ..sel };

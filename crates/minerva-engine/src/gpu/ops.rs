@@ -104,6 +104,67 @@ impl MatSel {
     }
 }
 
+/// Tiles of the prefill product (`matmul.wgsl`): rows × tokens per workgroup and per thread.
+/// Larger tiles decode each weight for more tokens and load less from workgroup memory per FMA;
+/// smaller ones make enough workgroups for short prompts and short weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulTile {
+    /// 64 rows × 64 tokens, 8 × 4 per thread: 12 vec4 loads per 128 FMAs.
+    Wide,
+    /// 32 rows × 32 tokens, 4 × 2 per thread.
+    Mid,
+    /// 16 rows × 16 tokens, 2 × 1 per thread.
+    Narrow,
+}
+
+/// Workgroups that keep every multiprocessor of a large GPU busy (an H200 has 132).
+const MATMUL_FILL: u32 = 128;
+
+/// Workgroup memory of every matmul tile: 1024 vec4s of weights and 1024 of x.
+const MATMUL_WORKGROUP_BYTES: u32 = 32 * 1024;
+
+impl MatmulTile {
+    pub const ALL: [MatmulTile; 3] = [MatmulTile::Wide, MatmulTile::Mid, MatmulTile::Narrow];
+
+    /// (tile rows, tile tokens, rows per thread, tokens per thread).
+    fn shape(self) -> (u32, u32, u32, u32) {
+        match self {
+            MatmulTile::Wide => (64, 64, 8, 4),
+            MatmulTile::Mid => (32, 32, 4, 2),
+            MatmulTile::Narrow => (16, 16, 2, 1),
+        }
+    }
+
+    fn grid(self, rows: u32, tokens: u32) -> [u32; 3] {
+        let (tr, tt, _, _) = self.shape();
+        [rows.div_ceil(tr), tokens.div_ceil(tt), 1]
+    }
+
+    /// The largest tile that still makes `MATMUL_FILL` workgroups, else the smallest.
+    pub fn pick(rows: u32, tokens: u32) -> MatmulTile {
+        MatmulTile::ALL
+            .into_iter()
+            .find(|t| {
+                let [gx, gy, _] = t.grid(rows, tokens);
+                gx * gy >= MATMUL_FILL
+            })
+            .unwrap_or(MatmulTile::Narrow)
+    }
+
+    fn defines(self, d: Defines) -> Defines {
+        let (tr, tt, mr, mt) = self.shape();
+        with(
+            d,
+            &[
+                ("TILE_ROWS", format!("{tr}u")),
+                ("TILE_TOKENS", format!("{tt}u")),
+                ("THREAD_ROWS", format!("{mr}u")),
+                ("THREAD_TOKENS", format!("{mt}u")),
+            ],
+        )
+    }
+}
+
 /// An f32 bias: the buffer, the element offset of output 0, and (experts) values per expert.
 #[derive(Clone, Copy)]
 pub struct Bias<'a> {
@@ -397,7 +458,7 @@ pub enum Multi {
 }
 
 /// Weight rows and tokens per tile of the prefill product (TR and TT in matmul.wgsl).
-const MATMUL_ROWS: u32 = 64;
+/// Tokens per tile of the grouped expert products (the mid tile's).
 pub const MATMUL_TOKENS: u32 = 32;
 
 /// Largest expert count and top-k of the routing kernels (MAX_EXPERTS and MAX_K in moe.wgsl).
@@ -647,7 +708,9 @@ impl Ops {
                 "matvec.wgsl",
                 self.matvec_defines(dec.clone(), false, false),
             ));
-            jobs.push(single("matmul.wgsl", dec.clone()));
+            for tile in MatmulTile::ALL {
+                jobs.push(single("matmul.wgsl", tile.defines(dec.clone())));
+            }
             jobs.push(single("embed.wgsl", dec.clone()));
             // Fused decode products over weights of this dtype (q/k/v, gate/up/act).
             let mv = self.product_defines();
@@ -892,7 +955,7 @@ impl Ops {
     }
 
     /// y[t] = W · x[t] (+ bias) for `tokens` rows of x over the outputs `sel` picks: the tiled
-    /// prefill kernel.
+    /// prefill kernel, with the tile `MatmulTile::pick` chooses for the shape.
     pub fn matmul(
         &self,
         w: &GpuWeight,
@@ -902,11 +965,28 @@ impl Ops {
         tokens: u32,
         bias: Option<Bias>,
     ) -> GpuResult<Vec<Dispatch>> {
-        self.tiled(w, sel, x, y, tokens, bias, None)
+        let tile = MatmulTile::pick(sel.out_dim as u32, tokens);
+        self.tiled(w, sel, x, y, tokens, bias, tile, None)
+    }
+
+    /// `matmul` with a given tile.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_tiled(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        x: Region,
+        y: Region,
+        tokens: u32,
+        bias: Option<Bias>,
+        tile: MatmulTile,
+    ) -> GpuResult<Vec<Dispatch>> {
+        self.tiled(w, sel, x, y, tokens, bias, tile, None)
     }
 
     /// y[i] = W_{e(i)} · x[i / x_div] (+ the expert's bias) for the items grouped by expert in
-    /// `experts` (`moe_group`): the tiled prefill kernel, each tile over one expert's items.
+    /// `experts` (`moe_group`): the tiled prefill kernel, each tile over one expert's items (the
+    /// mid tile, whose token count the grouping uses).
     pub fn matmul_experts(
         &self,
         w: &GpuWeight,
@@ -922,7 +1002,7 @@ impl Ops {
                 reason: format!("{} expert tiles in one dispatch", experts.max_tiles),
             });
         }
-        self.tiled(w, sel, x, y, 0, bias, Some(experts))
+        self.tiled(w, sel, x, y, 0, bias, MatmulTile::Mid, Some(experts))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -934,10 +1014,20 @@ impl Ops {
         y: Region,
         tokens: u32,
         bias: Option<Bias>,
+        tile: MatmulTile,
         experts: Option<ExpertTiles>,
     ) -> GpuResult<Vec<Dispatch>> {
         w.check_sel(sel)?;
-        let mut d = self.weight_defines(w, sel);
+        if self.ctx.caps.max_workgroup_storage < MATMUL_WORKGROUP_BYTES {
+            return Err(GpuError::Unsupported {
+                tensor: "prefill product".into(),
+                reason: format!(
+                    "the adapter offers {} bytes of workgroup memory, the tiles need {}",
+                    self.ctx.caps.max_workgroup_storage, MATMUL_WORKGROUP_BYTES
+                ),
+            });
+        }
+        let mut d = tile.defines(self.weight_defines(w, sel));
         if bias.is_some() {
             d.insert("BIAS".into(), String::new());
         }
@@ -951,10 +1041,6 @@ impl Ops {
         let ranges = match experts {
             Some(_) => Self::expert_ranges(w, sel),
             None => w.ranges(sel),
-        };
-        let tiles = match experts {
-            Some(e) => e.max_tiles,
-            None => tokens.div_ceil(MATMUL_TOKENS),
         };
         let mut out = Vec::new();
         for r in ranges {
@@ -992,11 +1078,11 @@ impl Ops {
             if let Some(b) = &bias {
                 entries.push((7, b.buf));
             }
-            out.push(self.dispatch(
-                pipe.clone(),
-                &entries,
-                [rows.div_ceil(MATMUL_ROWS), tiles, 1],
-            ));
+            let grid = match experts {
+                Some(e) => [rows.div_ceil(tile.shape().0), e.max_tiles, 1],
+                None => tile.grid(rows, tokens),
+            };
+            out.push(self.dispatch(pipe.clone(), &entries, grid));
         }
         Ok(out)
     }
@@ -1584,5 +1670,22 @@ impl Ops {
             kept: k.min(block),
             _pad: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MatmulTile;
+
+    #[test]
+    fn matmul_tiles_shrink_until_the_grid_fills_the_gpu() {
+        // tinyllama at 512 tokens: q/o/down and gate/up wide, the 256-row k and v mid.
+        assert_eq!(MatmulTile::pick(2048, 512), MatmulTile::Wide);
+        assert_eq!(MatmulTile::pick(5632, 512), MatmulTile::Wide);
+        assert_eq!(MatmulTile::pick(256, 512), MatmulTile::Mid);
+        // Short prompts.
+        assert_eq!(MatmulTile::pick(2048, 100), MatmulTile::Mid);
+        assert_eq!(MatmulTile::pick(2048, 20), MatmulTile::Narrow);
+        assert_eq!(MatmulTile::pick(16, 2), MatmulTile::Narrow);
     }
 }
