@@ -31,6 +31,13 @@ fn weight_bytes(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
                 b
             })
             .collect(),
+        DType::MXFP4 => (0..rows * cols / 32)
+            .flat_map(|_| {
+                let mut b = vec![120u8];
+                b.extend((0..16).map(|_| byte()));
+                b
+            })
+            .collect(),
         DType::Q8_0 => (0..rows * cols / 32)
             .flat_map(|_| {
                 let mut b = half.to_vec();
@@ -88,12 +95,15 @@ fn products(c: &mut Criterion) {
         .expect("copy");
     time_dispatch(c, &ctx, "dispatch floor (1-value copy)", &tiny);
 
+    // tinyllama-1.1b's products, and gpt-oss-20b's output and four experts' worth of rows.
     let shapes = [
         (DType::Q4_0, 2048, 2048),
         (DType::Q4_0, 32000, 2048),
         (DType::Q8_0, 2048, 2048),
         (DType::F16, 2048, 2048),
         (DType::Q4_0, 2048, 5632),
+        (DType::Q8_0, 201_088, 2880),
+        (DType::MXFP4, 4 * 2880, 2880),
     ];
     for (dtype, rows, cols) in shapes {
         let bytes = weight_bytes(dtype, rows, cols);
@@ -104,7 +114,7 @@ fn products(c: &mut Criterion) {
             data: TensorData::Plain(&bytes),
         };
         let w = GpuWeight::upload(&ctx, &view, 1).expect("upload");
-        for (wg, rpw) in [(128, 2), (128, 4), (256, 8), (64, 2), (256, 2)] {
+        for (wg, rpw) in [(128, 2), (128, 4), (256, 4), (64, 2), (256, 2)] {
             ops.set_product_shape(wg, rpw);
             let d = ops
                 .matvec(

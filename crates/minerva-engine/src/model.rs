@@ -9,8 +9,9 @@ use crate::rope::rope_freqs;
 use minerva_formats::{Checkpoint, ModelSpec};
 
 /// How many tokens one forward step processes at most; longer prompts are prefilled in
-/// chunks of this size.
-pub const DEFAULT_MAX_BATCH: usize = 256;
+/// chunks of this size. Larger steps give the GPU products larger grids, at the cost of
+/// activation buffers of this many rows.
+pub const DEFAULT_MAX_BATCH: usize = 512;
 
 /// Activation buffers of one forward step, sized for `max_batch` tokens.
 struct Scratch {

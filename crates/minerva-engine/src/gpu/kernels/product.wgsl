@@ -90,7 +90,16 @@ var<workgroup> partial: array<vec4<f32>, WG>;
 fn row_sum(v: vec4<f32>, lid: u32, sg_size: u32, sg_lane: u32) -> vec4<f32> {
     workgroupBarrier();
 #ifdef SUBGROUPS
-    let s = subgroupAdd(v);
+    // Only the sums in use: each component is its own reduction across the subgroup.
+#ifdef GLU
+    let s = vec4<f32>(subgroupAdd(v.xyz), 0.0);
+#else
+#ifdef NORM
+    let s = vec4<f32>(subgroupAdd(v.xy), 0.0, 0.0);
+#else
+    let s = vec4<f32>(subgroupAdd(v.x), 0.0, 0.0, 0.0);
+#endif
+#endif
     if (sg_lane == 0u) {
         partial[lid / sg_size] = s;
     }
