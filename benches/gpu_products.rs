@@ -114,8 +114,9 @@ fn products(c: &mut Criterion) {
             data: TensorData::Plain(&bytes),
         };
         let w = GpuWeight::upload(&ctx, &view, 1).expect("upload");
-        for (wg, rpw) in [(128, 2), (128, 4), (256, 4), (64, 2), (256, 2)] {
-            ops.set_product_shape(wg, rpw);
+        let chosen = minerva_engine::gpu::ops::product_shape(cols as u32);
+        for (wg, rpw) in [chosen, (128, 2), (256, 4)] {
+            ops.set_product_shape(Some((wg, rpw)));
             let d = ops
                 .matvec(
                     &w,
