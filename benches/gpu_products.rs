@@ -114,9 +114,8 @@ fn products(c: &mut Criterion) {
             data: TensorData::Plain(&bytes),
         };
         let w = GpuWeight::upload(&ctx, &view, 1).expect("upload");
-        let chosen = minerva_engine::gpu::ops::product_shape(cols as u32);
-        for (wg, rpw) in [chosen, (128, 2), (256, 4)] {
-            ops.set_product_shape(Some((wg, rpw)));
+        for (wg, rpw) in [(256, 4), (128, 2), (256, 1)] {
+            ops.set_product_shape(wg, rpw);
             let d = ops
                 .matvec(
                     &w,

@@ -611,40 +611,28 @@ impl KvCache {
 pub struct Ops {
     pub ctx: Arc<GpuContext>,
     pipelines: Arc<Pipelines>,
-    /// Decode products' workgroup size and rows per workgroup, when set rather than chosen
-    /// by the row length (`product_shape`).
-    product_shape: Option<(u32, u32)>,
+    /// Decode products' workgroup size and rows per workgroup.
+    product_shape: (u32, u32),
 }
 
-/// Decode products' workgroup shape for rows of `cols` values: enough lanes per row that each
-/// takes at most four 8-value parts (one round of loads in flight, `row_parts`), 32 to 256 lanes,
-/// in workgroups of 128 threads (256 for rows of more than 128 lanes). (threads, rows).
-pub fn product_shape(cols: u32) -> (u32, u32) {
-    let parts = cols.div_ceil(32) * 4;
-    let lanes = parts.div_ceil(4).next_power_of_two().clamp(32, 256);
-    let wg = lanes.max(128);
-    (wg, wg / lanes)
-}
+/// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
+/// 128×2, 64×2, 256×2 and lanes per row chosen by row length (benches/GPU.md, entries 25 and
+/// 29): never slower by more than noise, up to 8 % faster.
+pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
 
 impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
         Ops {
             ctx,
             pipelines: Arc::new(Pipelines::default()),
-            product_shape: None,
+            product_shape: PRODUCT_SHAPE,
         }
     }
 
     /// Sets the decode products' workgroup size and rows per workgroup (both powers of two,
-    /// rows ≤ size / 4) for every row length, for measuring shapes against each other; `None`
-    /// goes back to `product_shape`.
-    pub fn set_product_shape(&mut self, shape: Option<(u32, u32)>) {
-        self.product_shape = shape;
-    }
-
-    fn shape_for(&self, cols: usize) -> (u32, u32) {
-        self.product_shape
-            .unwrap_or_else(|| product_shape(cols as u32))
+    /// rows ≤ size / 4), for measuring shapes against each other.
+    pub fn set_product_shape(&mut self, wg: u32, rows: u32) {
+        self.product_shape = (wg, rows);
     }
 
     fn pipeline(
@@ -668,8 +656,8 @@ impl Ops {
 
     /// Workgroup shape of the decode products, and subgroup reductions where every subgroup
     /// lies within one row's lanes.
-    fn product_defines(&self, cols: usize) -> Defines {
-        let (wg, rpw) = self.shape_for(cols);
+    fn product_defines(&self) -> Defines {
+        let (wg, rpw) = self.product_shape;
         let tpr = wg / rpw;
         let caps = self.ctx.caps;
         let mut d = defines(&[("WG", format!("{wg}u")), ("RPW", format!("{rpw}u"))]);
@@ -679,9 +667,9 @@ impl Ops {
         d
     }
 
-    fn matvec_defines(&self, decoder: Defines, cols: usize, experts: bool, bias: bool) -> Defines {
+    fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool) -> Defines {
         let mut d = decoder;
-        d.extend(self.product_defines(cols));
+        d.extend(self.product_defines());
         if experts {
             d.insert("MOE".into(), String::new());
         }
@@ -711,8 +699,8 @@ impl Ops {
 
     /// Builds, on a background thread, pipelines a model's steps will use: the prefill tiles and
     /// the embedding of the weight dtypes in `decoders` and, with no decoders, the fixed kernels,
-    /// so that compiling overlaps the weight upload. (Decode products depend on the row length
-    /// and on what folds into them: the model's throwaway step at load builds those.)
+    /// so that compiling overlaps the weight upload. (Decode products depend on what folds into
+    /// them: the model's throwaway step at load builds those.)
     pub fn warm_up(&self, decoders: &[Defines], kv_f16: bool) {
         type Job = (&'static str, Defines, Vec<Defines>, &'static str);
         let mut jobs: Vec<Job> = Vec::new();
@@ -777,7 +765,6 @@ impl Ops {
         w.check_sel(sel)?;
         let mut d = self.matvec_defines(
             self.weight_defines(w, sel),
-            sel.in_dim,
             experts.is_some(),
             bias.is_some(),
         );
@@ -808,7 +795,7 @@ impl Ops {
         for r in ranges {
             let part = &w.parts[r.part];
             let rows = (r.j_hi - r.j_lo) as u32;
-            let (gx, gy) = grid2(rows.div_ceil(self.shape_for(sel.in_dim).1));
+            let (gx, gy) = grid2(rows.div_ceil(self.product_shape.1));
             let params = MatvecParams {
                 rows,
                 cols: sel.in_dim as u32,
@@ -885,7 +872,7 @@ impl Ops {
         {
             return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
         }
-        let mut d = self.product_defines(weights[0].cols);
+        let mut d = self.product_defines();
         match mode {
             Multi::Split => {
                 d.insert("SPLIT".into(), String::new());
@@ -913,7 +900,7 @@ impl Ops {
                 .get_multi(&self.ctx, "matvec_multi.wgsl", &d, &decoders, "main")?;
         let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
         let total = if glu { rows[0] } else { rows.iter().sum() };
-        let (gx, gy) = grid2(total.div_ceil(self.shape_for(weights[0].cols).1));
+        let (gx, gy) = grid2(total.div_ceil(self.product_shape.1));
         let (alpha, limit) = match mode {
             Multi::Glu(Eltwise::GluOss { alpha, limit }) => (alpha, limit),
             _ => (0.0, 0.0),
