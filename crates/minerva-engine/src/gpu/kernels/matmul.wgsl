@@ -5,11 +5,9 @@
 // columns of the tile's tokens; then each thread accumulates THREAD_ROWS × THREAD_TOKENS outputs
 // from vec4 reads along k (THREAD_ROWS + THREAD_TOKENS loads for 4 · THREAD_ROWS · THREAD_TOKENS
 // FMAs). Tile defines come from ops.rs (`MatmulTile`); every tile has 8 row groups × 16 token
-// groups of threads, and 1024 vec4s of weights and of x per step (32 KiB). The K loop is software
-// pipelined: each thread issues the next step's loads (x values and its weight unit, held in
-// registers) before multiplying the staged step, so their latency hides behind the FMAs, and
-// stages them once every thread is done reading. Which tokens, weight rows and outputs a tile
-// covers: matmul_tiles.wgsl (with EXPERTS, one expert's items in mixture-of-experts prefill).
+// groups of threads, and 1024 vec4s of weights and of x per step (32 KiB). Which tokens, weight
+// rows and outputs a tile covers: matmul_tiles.wgsl (with EXPERTS, one expert's items in
+// mixture-of-experts prefill).
 #include "common.wgsl"
 #include DECODER
 
@@ -67,32 +65,23 @@ fn slot(line: u32, k4: u32) -> u32 {
 }
 
 // Decodes this thread's unit of step `step`: row lid / UNITS_PER_STEP of the tile, neighbouring
-// lanes taking neighbouring units of a row. Rows and units past the end (also the step after the
-// last one) give zeros; they load a clamped unit rather than branch, so that the decode needs no
-// control flow and the compiler may schedule it among the FMAs of the step in progress.
-fn load_weights(tile: Tile, r0: u32, step: u32, lid: u32) -> Unit {
-    let row = r0 + lid / UNITS_PER_STEP;
-    let u = step * UNITS_PER_STEP + lid % UNITS_PER_STEP;
-    let units = (p.cols + 31u) / 32u;
-    let inside = row < p.rows && u < units;
-    var w = load_unit(w_row(tile, min(row, p.rows - 1u)), min(u, units - 1u), p.cols);
-    for (var j = 0u; j < 8u; j++) {
-        w[j] = select(vec4<f32>(0.0), w[j], inside);
-    }
-    return w;
-}
-
-fn store_weights(lid: u32, w: ptr<function, Unit>) {
+// lanes taking neighbouring units of a row. Rows and units past the end stage zeros.
+fn stage_weights(tile: Tile, r0: u32, step: u32, lid: u32) {
     let line = lid / UNITS_PER_STEP;
     let k = lid % UNITS_PER_STEP;
+    let u = step * UNITS_PER_STEP + k;
+    var w: Unit;
+    if (r0 + line < p.rows && u < (p.cols + 31u) / 32u) {
+        w = load_unit(w_row(tile, r0 + line), u, p.cols);
+    }
     for (var j = 0u; j < 8u; j++) {
-        ws[slot(line, 8u * k + j)] = (*w)[j];
+        ws[slot(line, 8u * k + j)] = w[j];
     }
 }
 
-// Loads the step's columns of the tile's tokens into `vals`: each load instruction reads 32
-// consecutive values of one token. Tokens and columns past the end (also the step after the last
-// one) give zeros.
+// Stages the step's columns of the tile's tokens: each load instruction reads 32 consecutive
+// values of one token. The loads are issued before the weights are decoded (values held in
+// `vals`) so that their latencies overlap; tokens and columns past the end stage zeros.
 fn load_x(tile: Tile, step: u32, lid: u32, vals: ptr<function, array<f32, X_PER_THREAD>>) {
     for (var i = 0u; i < X_PER_THREAD; i++) {
         let f = i * WG + lid;
@@ -169,17 +158,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let tg = (lid / ROW_GROUPS) % TOKEN_GROUPS;
     var acc: array<f32, OUTPUTS>;
     var vals: array<f32, X_PER_THREAD>;
-    load_x(tile, 0u, lid, &vals);
-    var w = load_weights(tile, r0, 0u, lid);
     let steps = (p.cols + STEP_COLS - 1u) / STEP_COLS;
     for (var step = 0u; step < steps; step++) {
+        load_x(tile, step, lid, &vals);
+        stage_weights(tile, r0, step, lid);
         store_x(lid, &vals);
-        store_weights(lid, &w);
         workgroupBarrier();
-        // Unconditional (the step after the last loads zeros), so that no branch separates the
-        // loads from the multiply.
-        load_x(tile, step + 1u, lid, &vals);
-        w = load_weights(tile, r0, step + 1u, lid);
         multiply(rg, tg, &acc);
         workgroupBarrier();
     }
