@@ -743,7 +743,14 @@ impl Ops {
             } else {
                 defines(&[("KV_F32", String::new())])
             };
-            for entry in ["write_kv", "rope_write", "attend", "combine", "decode", "attend_tiled"] {
+            for entry in [
+                "write_kv",
+                "rope_write",
+                "attend",
+                "combine",
+                "decode",
+                "attend_tiled",
+            ] {
                 jobs.push(("attention.wgsl", kv.clone(), Vec::new(), entry));
             }
             for op in [Eltwise::Add, Eltwise::Copy, Eltwise::SwiGlu] {
