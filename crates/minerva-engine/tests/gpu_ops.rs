@@ -439,7 +439,8 @@ fn attention_case(
                 n as u32,
             )
             .unwrap();
-        let want_dispatches = if n == 1 && shape.one_pass(1) { 1 } else { 2 };
+        let one = (n == 1 && shape.one_pass(1)) || shape.tiled(n as u32);
+        let want_dispatches = if one { 1 } else { 2 };
         assert_eq!(att.len(), want_dispatches, "{what}: attention dispatches");
         let mut list = vec![&write];
         list.extend(&att);
@@ -617,6 +618,53 @@ fn rope_write_then_decode_attention_in_one_dispatch() {
         1,
         None,
     );
+}
+
+#[test]
+fn prefill_attention_in_tiles() {
+    let Some(ctx) = shared() else { return };
+    let shape = |heads, kv_heads, head_dim, cache_len, window, scale| AttnShape {
+        heads,
+        kv_heads,
+        head_dim,
+        cache_len,
+        window,
+        scale,
+    };
+    // Steps of 17, 70 and 2 queries; 7 KV heads of one query head each (tiles of 16 queries, the
+    // last partly past the step), head_dim 80 (not a multiple of the 16 lanes), f32 cache.
+    let seven = shape(7, 7, 80, 100, 0, 0.11);
+    assert!(seven.tiled(2) && !seven.tiled(1));
+    attention_case(&ctx, seven, false, None, 89, 17, 70, None);
+    // 8 query heads on one KV head (two queries per tile), sinks, f16 cache.
+    attention_case(
+        &ctx,
+        shape(8, 1, 64, 120, 0, 0.125),
+        true,
+        Some((0..8).map(|h| h as f32 * 0.4 - 1.5).collect()),
+        89,
+        17,
+        70,
+        None,
+    );
+    // A window of 9 keys, shorter than the steps, over a cache of 30 that wraps; head_dim 128
+    // (the most a tile holds), 4 query heads per KV head, sinks, both cache types.
+    for f16 in [true, false] {
+        attention_case(
+            &ctx,
+            shape(8, 2, 128, 30, 9, 0.09),
+            f16,
+            Some((0..8).map(|h| 1.0 - h as f32 * 0.3).collect()),
+            65,
+            17,
+            16,
+            None,
+        );
+    }
+    // head_dim 256 is past the tiles: attend + combine.
+    let wide = shape(2, 1, 256, 40, 0, 0.06);
+    assert!(!wide.tiled(5));
+    attention_case(&ctx, wide, true, None, 12, 5, 7, None);
 }
 
 #[test]

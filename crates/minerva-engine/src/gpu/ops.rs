@@ -482,6 +482,11 @@ const DECODE_BLOCK: u32 = 32;
 const DECODE_SPLITS: u32 = 64;
 const DECODE_QMAX: u32 = 2048;
 const DECODE_GMAX: u32 = 64;
+/// Prefill attention in tiles (`attend_tiled`): TILE_ROWS (query, query head) rows per
+/// workgroup, head_dim at most TILE_DMAX (its workgroup memory holds the rows and a block of
+/// keys of that size).
+const TILE_ROWS: u32 = 16;
+const TILE_DMAX: u32 = 128;
 
 /// Workgroup size and block lists merged per thread of select.wgsl (WG, LISTS).
 const SELECT_WG: u32 = 256;
@@ -535,6 +540,12 @@ impl AttnShape {
     pub fn one_pass(&self, tokens: u32) -> bool {
         let group = self.heads / self.kv_heads.max(1);
         tokens == 1 && group <= DECODE_GMAX && group * self.head_dim <= DECODE_QMAX
+    }
+
+    /// Whether `tokens` queries run as one `attend_tiled` dispatch: several queries, with
+    /// head_dim small enough for its tiles.
+    pub fn tiled(&self, tokens: u32) -> bool {
+        tokens > 1 && self.head_dim <= TILE_DMAX
     }
 
     /// Workgroups per (head, query) of the two-pass kernels, each taking every `splits`-th
@@ -722,7 +733,14 @@ impl Ops {
             } else {
                 defines(&[("KV_F32", String::new())])
             };
-            for entry in ["write_kv", "rope_write", "attend", "combine", "decode"] {
+            for entry in [
+                "write_kv",
+                "rope_write",
+                "attend",
+                "combine",
+                "decode",
+                "attend_tiled",
+            ] {
                 jobs.push(("attention.wgsl", kv.clone(), Vec::new(), entry));
             }
             for op in [Eltwise::Add, Eltwise::Copy, Eltwise::SwiGlu] {
@@ -1359,7 +1377,8 @@ impl Ops {
     /// Attention of `tokens` queries (q at q_offset of `q`, [tokens, heads, head_dim]) over the
     /// cache, into `out` at out_offset; `scratch` holds `shape.scratch_len(tokens)` values and
     /// `counters` one zero u32 per KV head (left zero). One dispatch where
-    /// `shape.one_pass(tokens)`, else two (attend, combine).
+    /// `shape.one_pass(tokens)` (decode) or `shape.tiled(tokens)` (attend_tiled), else two
+    /// (attend, combine).
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -1404,6 +1423,24 @@ impl Ops {
             let groups = [shape.splits(tokens), shape.kv_heads, 1];
             return Ok(vec![self.dispatch(decode, &entries, groups)]);
         }
+        if shape.tiled(tokens) {
+            let tiled = self.pipeline("attention.wgsl", &with_sinks, "attend_tiled")?;
+            let mut entries = vec![
+                (0, &ub),
+                (1, step),
+                (2, &cache.k),
+                (3, &cache.v),
+                (4, q),
+                (6, out),
+            ];
+            if let Some(s) = sinks {
+                entries.push((7, s.buf));
+            }
+            let rows = tokens * (shape.heads / shape.kv_heads);
+            let groups = [rows.div_ceil(TILE_ROWS), shape.kv_heads, 1];
+            return Ok(vec![self.dispatch(tiled, &entries, groups)]);
+        }
+        // head_dim past TILE_DMAX: one workgroup per (split, head, query), then the merge.
         let attend = self.pipeline("attention.wgsl", &self.attn_defines(cache, false), "attend")?;
         let combine = self.pipeline("attention.wgsl", &with_sinks, "combine")?;
         let a = self.dispatch(

@@ -13,6 +13,11 @@
 //   decode      one query in one dispatch: workgroup (split, KV head) attends all query heads of
 //               that KV head (keys read once for the group) over its share of the keys; the last
 //               workgroup of the KV head to finish merges the splits as combine does.
+//   attend_tiled  several queries (head_dim ≤ TD): workgroup (row tile, KV head) takes TR rows
+//               (query, query head of the KV head) and walks their keys TB at a time, each block
+//               of keys and values staged in workgroup memory once for all TR rows, with a
+//               running max and sum per row; sinks as combine. attend + combine take the shapes
+//               it does not (head_dim > TD).
 // Query head h reads KV head h / (heads / kv_heads) (grouped-query attention).
 struct Params {
     heads: u32,
@@ -504,5 +509,181 @@ fn decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
             a += exp(load_f32(b) - head_m[h]) * load_f32(b + 2u + i % d);
         }
         out[p.out_offset + h0 * d + i] = a / head_l[h];
+    }
+}
+
+// attend_tiled: TR rows of queries per workgroup, TB keys per block, head_dim ≤ TD; rows and
+// keys padded by one value, so that lanes reading one element of different rows or keys hit
+// different banks (d + 1 is odd).
+const TR: u32 = 16u;
+const TB: u32 = 32u;
+const TD: u32 = 128u;
+const TWG: u32 = 128u;
+const TS: u32 = TD + 1u;
+
+var<workgroup> tq: array<f32, 2064>;      // TR × TS
+var<workgroup> tkv: array<f32, 4128>;     // TB × TS: the block's keys, then its values
+var<workgroup> tp: array<f32, 528>;       // TR × (TB + 1): weights of the block's keys per row
+// Per (row, lane): partial maxima at [0, TRED), partial sums at [TRED, 2·TRED).
+const TRED: u32 = TR * 16u;
+var<workgroup> tred: array<f32, 512>;
+
+// Query position of tile row r (rows past the step's count clamp to the last query).
+fn tile_pos(r: u32, gq: u32) -> u32 {
+    return step.pos0 + min(r / gq, step.tokens - 1u);
+}
+
+// Stages keys (values with `vals`) at positions k0 + j for j < TB, zero past `last`, as f32 at
+// tkv[j * TS + i].
+fn stage_block(lid: u32, k0: u32, last: u32, g: u32, vals: bool) {
+    let d = p.head_dim;
+    let pairs = d / 2u;
+    for (var e = lid; e < TB * pairs; e += TWG) {
+        let j = e / pairs;
+        let i = 2u * (e % pairs);
+        var x = vec2<f32>(0.0);
+        if (k0 + j <= last) {
+            let base = ((k0 + j) % p.cache_len * p.kv_heads + g) * d;
+            if (vals) {
+                x = v_pair(base + i);
+            } else {
+                x = k_pair(base + i);
+            }
+        }
+        tkv[j * TS + i] = x.x;
+        tkv[j * TS + i + 1u] = x.y;
+    }
+}
+
+// Max (or sum) of the 16 per-lane partials of tile row r.
+fn row_total(r: u32, by_max: bool) -> f32 {
+    let b = select(TRED, 0u, by_max) + r * 16u;
+    var x = tred[b];
+    for (var l = 1u; l < 16u; l++) {
+        let o = tred[b + l];
+        x = select(x + o, max(x, o), by_max);
+    }
+    return x;
+}
+
+// Thread (pr, lane) = (lid / 16, lid % 16) owns rows pr and pr + 8 of the tile: their scores for
+// keys lane and lane + 16 of each block, and their value dims lane + 16·c.
+@compute @workgroup_size(128)
+fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = wid.y;
+    let d = p.head_dim;
+    let gq = p.heads / p.kv_heads;
+    let rows = step.tokens * gq;
+    let r0 = wid.x * TR;
+    let pr = lid / 16u;
+    let lane = lid % 16u;
+    for (var e = lid; e < TR * d; e += TWG) {
+        let r = e / d;
+        let i = e % d;
+        var x = 0.0;
+        if (r0 + r < rows) {
+            let t = (r0 + r) / gq;
+            let h = g * gq + (r0 + r) % gq;
+            x = src[p.q_offset + (t * p.heads + h) * d + i] * p.scale;
+        }
+        tq[r * TS + i] = x;
+    }
+    // Rows' positions and first keys; the tile attends keys [lo, last].
+    var qpos: array<u32, 2>;
+    var first: array<u32, 2>;
+    for (var a = 0u; a < 2u; a++) {
+        qpos[a] = tile_pos(r0 + pr + 8u * a, gq);
+        first[a] = first_key(qpos[a]);
+    }
+    let lo = first_key(tile_pos(r0, gq));
+    let last = tile_pos(r0 + TR - 1u, gq);
+    var m_run = array<f32, 2>(NEG, NEG);
+    var l_run = array<f32, 2>(0.0, 0.0);
+    var acc: array<array<f32, 8>, 2>;
+    for (var k0 = lo; k0 <= last; k0 += TB) {
+        workgroupBarrier();
+        stage_block(lid, k0, last, g, false);
+        workgroupBarrier();
+        var s: array<array<f32, 2>, 2>;
+        for (var i = 0u; i < d; i++) {
+            let q0 = tq[pr * TS + i];
+            let q1 = tq[(pr + 8u) * TS + i];
+            let ka = tkv[lane * TS + i];
+            let kb = tkv[(lane + 16u) * TS + i];
+            s[0][0] += q0 * ka;
+            s[0][1] += q0 * kb;
+            s[1][0] += q1 * ka;
+            s[1][1] += q1 * kb;
+        }
+        // Keys outside a row's causal window weigh nothing.
+        for (var a = 0u; a < 2u; a++) {
+            var mx = NEG;
+            for (var b = 0u; b < 2u; b++) {
+                let kp = k0 + lane + 16u * b;
+                if (kp < first[a] || kp > qpos[a]) {
+                    s[a][b] = NEG;
+                }
+                mx = max(mx, s[a][b]);
+            }
+            tred[(pr + 8u * a) * 16u + lane] = mx;
+        }
+        workgroupBarrier();
+        stage_block(lid, k0, last, g, true);
+        var m_new: array<f32, 2>;
+        for (var a = 0u; a < 2u; a++) {
+            let r = pr + 8u * a;
+            m_new[a] = max(m_run[a], row_total(r, true));
+            var l = 0.0;
+            for (var b = 0u; b < 2u; b++) {
+                let w = select(0.0, exp(s[a][b] - m_new[a]), s[a][b] > NEG);
+                tp[r * (TB + 1u) + lane + 16u * b] = w;
+                l += w;
+            }
+            tred[TRED + r * 16u + lane] = l;
+        }
+        workgroupBarrier();
+        for (var a = 0u; a < 2u; a++) {
+            let r = pr + 8u * a;
+            let rescale = exp(m_run[a] - m_new[a]);
+            l_run[a] = l_run[a] * rescale + row_total(r, false);
+            m_run[a] = m_new[a];
+            for (var c = 0u; c < 8u; c++) {
+                acc[a][c] *= rescale;
+            }
+        }
+        let n = min(TB, last + 1u - k0);
+        for (var j = 0u; j < n; j++) {
+            let w0 = tp[pr * (TB + 1u) + j];
+            let w1 = tp[(pr + 8u) * (TB + 1u) + j];
+            for (var c = 0u; c < 8u; c++) {
+                let i = lane + 16u * c;
+                if (i < d) {
+                    let v = tkv[j * TS + i];
+                    acc[0][c] += w0 * v;
+                    acc[1][c] += w1 * v;
+                }
+            }
+        }
+    }
+    for (var a = 0u; a < 2u; a++) {
+        let r = r0 + pr + 8u * a;
+        if (r >= rows) {
+            continue;
+        }
+        let t = r / gq;
+        let h = g * gq + r % gq;
+        var mx = m_run[a];
+        var total = l_run[a];
+#ifdef SINKS
+        mx = max(mx, sinks[p.sinks_offset + h]);
+        total = l_run[a] * exp(m_run[a] - mx) + exp(sinks[p.sinks_offset + h] - mx);
+#endif
+        let f = exp(m_run[a] - mx) / total;
+        for (var c = 0u; c < 8u; c++) {
+            let i = lane + 16u * c;
+            if (i < d) {
+                out[p.out_offset + (t * p.heads + h) * d + i] = acc[a][c] * f;
+            }
+        }
     }
 }
