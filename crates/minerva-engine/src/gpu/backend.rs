@@ -804,7 +804,11 @@ impl Backend for GpuBackend {
         }
         self.check_rows(x, n, None, "rms_norm")?;
         self.check_rows(out, n, Some(cols), "rms_norm")?;
-        self.touch(&[x, out])?;
+        self.touch(&[x])?;
+        if x != out && self.deferred.is_some_and(|d| d.out == out) {
+            // Rewritten before anything read it: the older norm's dispatch is never needed.
+            self.deferred = None;
+        }
         let (wid, woff) = self.vector(&weight)?;
         // Right after `acc += out` (nothing recorded since): replace that add with the fused
         // kernel, which adds and normalizes in one pass over the row.
@@ -1205,7 +1209,15 @@ impl Backend for GpuBackend {
     }
 
     fn moe(&mut self, x: BufId, block: &MoeBlock, out: BufId, n: usize) -> Result<()> {
-        self.touch(&[x, out])?;
+        // Decoding through stacked experts without a shared one: the router and the experts'
+        // gate and up products read the deferred norm's input and fold the norm in.
+        let norm = self
+            .deferred
+            .filter(|d| d.out == x && n == 1 && block.shared.is_none() && Self::stacked(block));
+        if norm.is_none() {
+            self.touch(&[x])?;
+        }
+        self.touch(&[out])?;
         let hidden = self.buf(x)?.cols;
         self.check_rows(x, n, None, "moe")?;
         self.check_rows(out, n, Some(hidden), "moe")?;
@@ -1220,7 +1232,8 @@ impl Backend for GpuBackend {
         self.scratch("moe logits", (n * experts * 4) as u64);
         self.scratch("moe ids", (n * k * 4) as u64);
         self.scratch("moe weights", (n * k * 4) as u64);
-        self.linear(Src::Buf(x), &block.router, Src::Scratch("moe logits"), n)?;
+        let logits = Src::Scratch("moe logits");
+        self.linear_folded(Src::Buf(x), &block.router, logits, n, norm, None)?;
         let key = key!("moe route", n, experts, k, renorm);
         self.record(key, |s| {
             Ok(vec![s.ops.moe_route(
@@ -1258,7 +1271,17 @@ impl Backend for GpuBackend {
                     None => None,
                 });
             }
-            let key = key!("moe experts", x, e0, n, k, act_key);
+            let key = key!(
+                "moe experts",
+                x,
+                e0,
+                n,
+                k,
+                act_key,
+                norm.map(|d| d.x),
+                norm.map(|d| d.weight),
+                norm.map(|d| d.eps)
+            );
             self.record(key, |s| {
                 let ids = s.src(Src::Scratch("moe ids"))?;
                 let (gate, up) = (
@@ -1286,7 +1309,9 @@ impl Backend for GpuBackend {
                 };
                 // One projection of every item through its expert; item i reads x row i / x_div.
                 // Expert e's bias is row `row + e` of its [experts, width] tensor.
-                let product = |i: usize, lin: &Linear, xr: Region, yr: Region, x_div: u32| {
+                let product = |i: usize, lin: &Linear, xr: Region, yr: Region, folds: Folds| {
+                    // Gate and up read each token's x k times (once per slot); down one row per item.
+                    let x_div = if i < 2 { k as u32 } else { 1 };
                     let w = s.weight(lin.w.weight)?;
                     let sel = MatSel {
                         matrix: 0,
@@ -1319,14 +1344,23 @@ impl Backend for GpuBackend {
                             items as u32,
                             bias,
                             Some(ExpertSel { ids, x_div }),
-                            Folds::default(),
+                            folds,
                         )?,
                     })
                 };
                 let (h, w) = (hidden as u32, width as u32);
-                let xr = Region::new(xb, 0, h);
-                d.extend(product(0, &e0.gate, xr, Region::new(gate, 0, w), k as u32)?);
-                d.extend(product(1, &e0.up, xr, Region::new(up, 0, w), k as u32)?);
+                let (xr, folds) = match norm {
+                    Some(d) => (
+                        Region::new(&s.buf(d.x)?.buf, 0, h),
+                        Folds {
+                            norm: Some(s.norm_fold(&d)),
+                            residual: None,
+                        },
+                    ),
+                    None => (Region::new(xb, 0, h), Folds::default()),
+                };
+                d.extend(product(0, &e0.gate, xr, Region::new(gate, 0, w), folds)?);
+                d.extend(product(1, &e0.up, xr, Region::new(up, 0, w), folds)?);
                 d.push(s.ops.eltwise(
                     act,
                     Region::new(gate, 0, w),
@@ -1340,7 +1374,7 @@ impl Backend for GpuBackend {
                     &e0.down,
                     Region::new(actb, 0, w),
                     Region::new(eo, 0, h),
-                    1,
+                    Folds::default(),
                 )?);
                 d.push(s.ops.moe_combine(
                     eo,
