@@ -142,8 +142,9 @@ pub fn decoder_defines(dtype: DType, scale_dtype: Option<DType>) -> Option<Defin
 }
 
 fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> GpuResult<wgpu::Buffer> {
-    // Padded to whole u32 words: kernels read words, and blocks like Q4_0's are 18 bytes.
-    let size = bytes.len().div_ceil(4).max(1) * 4;
+    // Padded to whole vec4s: kernels read words (blocks like Q4_0's are 18 bytes), and f32
+    // vectors (norm weights) as vec4s.
+    let size = bytes.len().div_ceil(16).max(1) * 16;
     let buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
         size: size as u64,

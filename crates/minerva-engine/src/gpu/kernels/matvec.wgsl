@@ -42,7 +42,7 @@ struct Params {
 @group(0) @binding(7) var<storage, read> bias: array<f32>;
 #endif
 #ifdef NORM
-@group(0) @binding(8) var<storage, read> norm_w: array<f32>;
+@group(0) @binding(8) var<storage, read> norm_w: array<vec4<f32>>;
 #endif
 #ifdef RESIDUAL
 @group(0) @binding(9) var<storage, read_write> resid: array<f32>;

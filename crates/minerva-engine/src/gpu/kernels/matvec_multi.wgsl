@@ -36,7 +36,7 @@ struct Params {
 #endif
 @group(0) @binding(34) var<uniform> p: Params;
 #ifdef NORM
-@group(0) @binding(35) var<storage, read> norm_w: array<f32>;
+@group(0) @binding(35) var<storage, read> norm_w: array<vec4<f32>>;
 #endif
 #ifdef BIAS
 @group(0) @binding(36) var<storage, read> b0: array<f32>;

@@ -1,7 +1,7 @@
 // What the decode products (matvec.wgsl, matvec_multi.wgsl) share: the loop of a row's lanes
 // over its parts, x read as vec4s, the RMSNorm that NORM folds into a product, and sums over a
 // row's lanes. The including kernel declares `x: array<vec4<f32>>`, the uniform `p` (fields
-// cols, norm_offset, eps), with NORM `norm_w: array<f32>` (the norm's weight), the constants WG
+// cols, norm_offset, eps), with NORM `norm_w: array<vec4<f32>>` (the norm's weight), the constants WG
 // and TPR (lanes per row), and `fn part_value(at: RowAt, i: u32) -> vec4<f32>`: the sums that
 // part i of the row adds (x: a dot product, y: Σx² of the x values read, z: a second dot
 // product, w: unused).
@@ -51,10 +51,14 @@ fn x_vec4(xb: u32, c: u32) -> vec4<f32> {
 #ifdef NORM
 // Norm weights c..c+3, zero past the row's end.
 fn norm_vec4(c: u32) -> vec4<f32> {
+    let i = p.norm_offset + c;
+    if (c + 4u <= p.cols && (i & 3u) == 0u) {
+        return norm_w[i >> 2u];
+    }
     var v = vec4<f32>(0.0);
     for (var j = 0u; j < 4u; j++) {
         if (c + j < p.cols) {
-            v[j] = norm_w[p.norm_offset + c + j];
+            v[j] = norm_w[(i + j) >> 2u][(i + j) & 3u];
         }
     }
     return v;
