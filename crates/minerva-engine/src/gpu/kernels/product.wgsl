@@ -1,10 +1,10 @@
 // What the decode products (matvec.wgsl, matvec_multi.wgsl) share: the loop of a row's lanes
 // over its parts, x read as vec4s, the RMSNorm that NORM folds into a product, and sums over a
 // row's lanes. The including kernel declares `x: array<vec4<f32>>`, the uniform `p` (fields
-// cols, norm_offset, eps), with NORM `norm_w: array<vec4<f32>>` (the norm's weight), the constants WG
-// and TPR (lanes per row), and `fn part_value(at: RowAt, i: u32) -> vec4<f32>`: the sums that
-// part i of the row adds (x: a dot product, y: Σx² of the x values read, z: a second dot
-// product, w: unused).
+// cols, norm_offset, eps), with NORM `norm_w: array<vec4<f32>>` (the norm's weight), the
+// constants WG and TPR (lanes per row), and `fn part_value(at: RowAt, i: u32) -> vec4<f32>`: the
+// sums that part i of the row adds (x: a dot product, y: Σx² of the x values read, z: a second
+// dot product, w: unused).
 //
 // NORM: the product of W with RMSNorm(x)·g equals (W · (x∘g)) / rms(x), and a row's lanes read
 // every value of x anyway, so they also sum x² on the way: the norm costs no dispatch and no
