@@ -18,15 +18,21 @@ struct RowAt {
 }
 
 // Σ part_value over the parts t, t + TPR, … of a row (t: the lane), four at a time so that
-// their loads are in flight together.
+// their loads are in flight together (two with GLU, whose parts read two weights each).
 fn row_parts(at: RowAt, t: u32, parts: u32) -> vec4<f32> {
     var acc = vec4<f32>(0.0);
     var i = t;
+#ifdef GLU
+    for (; i + TPR < parts; i += 2u * TPR) {
+        acc += part_value(at, i) + part_value(at, i + TPR);
+    }
+#else
     for (; i + 3u * TPR < parts; i += 4u * TPR) {
         let a = part_value(at, i) + part_value(at, i + TPR);
         let b = part_value(at, i + 2u * TPR) + part_value(at, i + 3u * TPR);
         acc += a + b;
     }
+#endif
     for (; i < parts; i += TPR) {
         acc += part_value(at, i);
     }
