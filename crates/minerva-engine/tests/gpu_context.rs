@@ -82,7 +82,8 @@ fn weight_memory_is_the_stored_size() {
         data: TensorData::Plain(&bytes),
     };
     let w = GpuWeight::upload(&ctx, &view, 1).unwrap();
-    assert_eq!(w.gpu_bytes(), bytes.len().div_ceil(4) as u64 * 4);
+    // The stored bytes, padded to whole vec4s (kernels read f32 vectors as vec4s).
+    assert_eq!(w.gpu_bytes(), bytes.len().div_ceil(16) as u64 * 16);
 }
 
 #[test]
