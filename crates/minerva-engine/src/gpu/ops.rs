@@ -127,7 +127,7 @@ impl MatmulTile {
     pub const ALL: [MatmulTile; 3] = [MatmulTile::Wide, MatmulTile::Mid, MatmulTile::Narrow];
 
     /// (tile rows, tile tokens, rows per thread, tokens per thread).
-    fn shape(self) -> (u32, u32, u32, u32) {
+    const fn shape(self) -> (u32, u32, u32, u32) {
         match self {
             MatmulTile::Wide => (64, 64, 8, 4),
             MatmulTile::Mid => (32, 32, 4, 2),
@@ -457,9 +457,8 @@ pub enum Multi {
     Glu(Eltwise),
 }
 
-/// Weight rows and tokens per tile of the prefill product (TR and TT in matmul.wgsl).
-/// Tokens per tile of the grouped expert products (the mid tile's).
-pub const MATMUL_TOKENS: u32 = 32;
+/// Tokens per tile of the grouped expert products (the mid tile's; TT in matmul_tiles.wgsl).
+pub const MATMUL_TOKENS: u32 = MatmulTile::Mid.shape().1;
 
 /// Largest expert count and top-k of the routing kernels (MAX_EXPERTS and MAX_K in moe.wgsl).
 const MOE_MAX_EXPERTS: u32 = 256;
