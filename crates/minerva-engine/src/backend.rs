@@ -7,8 +7,8 @@
 //!   uploaded weights, [`BufId`] for activation buffers, [`KvId`] for per-layer KV caches.
 //! - Ops ENQUEUE work and return at once; they never read results back. A GPU backend may
 //!   record a whole forward step into one command encoder. Only the explicit reads
-//!   ([`Backend::argmax`], [`Backend::top_k`], [`Backend::read_rows`]) synchronize, and they
-//!   observe every op enqueued before them.
+//!   ([`Backend::argmax`], [`Backend::top_k`], [`Backend::read_rows`],
+//!   [`Backend::read_choice`]) synchronize, and they observe every op enqueued before them.
 //! - Activation buffers are row-major f32 matrices `[rows, cols]` allocated with a row
 //!   capacity; every op takes `n`, the number of leading rows (tokens) it works on.
 //! - Unless an op says it works in place, its output buffer is distinct from its inputs.
@@ -18,7 +18,7 @@
 //!   stride, output-major or input-major storage) rather than as converted copies. Small
 //!   tensors the architecture code had to fix on the CPU come in with [`Backend::upload_f32`].
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use minerva_formats::{Activation, RopeStyle, TensorView};
 
 /// An uploaded weight tensor.
@@ -165,6 +165,16 @@ pub struct AttnParams {
     pub scale: f32,
 }
 
+/// A greedy choice of the next token ([`Backend::choose_greedy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// The id, already read.
+    Known(u32),
+    /// Left on the device: the next [`Backend::embed_choice`] reads it there, and
+    /// [`Backend::read_choice`] returns it (the number tells choices apart).
+    OnDevice(u64),
+}
+
 /// The ops the transformer needs. See the module docs for the contract.
 pub trait Backend: Send {
     /// A short name for messages and stats ("cpu", "gpu: <adapter>").
@@ -250,6 +260,32 @@ pub trait Backend: Send {
 
     /// Synchronizing read: index of the largest value of row `row` (first one on ties).
     fn argmax(&mut self, x: BufId, row: usize) -> Result<u32>;
+
+    /// Greedy choice from row `row` of `x`. A backend that runs asynchronously may leave it on
+    /// the device, so that the step that embeds it can be queued before the host knows it.
+    fn choose_greedy(&mut self, x: BufId, row: usize) -> Result<Choice> {
+        Ok(Choice::Known(self.argmax(x, row)?))
+    }
+
+    /// `out[0] = table[choice]`: the embedding of a chosen token, as [`Backend::embed`].
+    fn embed_choice(&mut self, table: WeightId, choice: Choice, out: BufId) -> Result<()> {
+        match choice {
+            Choice::Known(id) => self.embed(table, &[id], out),
+            Choice::OnDevice(_) => Err(EngineError::Invalid(
+                "this backend keeps no choices on the device".into(),
+            )),
+        }
+    }
+
+    /// The id of a choice; waits for the work that made it (not for work queued after it).
+    fn read_choice(&mut self, choice: Choice) -> Result<u32> {
+        match choice {
+            Choice::Known(id) => Ok(id),
+            Choice::OnDevice(_) => Err(EngineError::Invalid(
+                "this backend keeps no choices on the device".into(),
+            )),
+        }
+    }
 
     /// Synchronizing read: the `k` largest values of row `row`, best first, as (index, value).
     fn top_k(&mut self, x: BufId, row: usize, k: usize) -> Result<Vec<(u32, f32)>>;

@@ -3,7 +3,7 @@
 //! (q/k norm, sinks, windows, biases, MoE, RoPE) decide which ops run.
 
 use crate::arch::{load_weights, FfnWeights, ModelWeights};
-use crate::backend::{AttnParams, Backend, BufId, KvId, KvSpec, RopeParams};
+use crate::backend::{AttnParams, Backend, BufId, Choice, KvId, KvSpec, RopeParams};
 use crate::error::{EngineError, Result};
 use crate::rope::rope_freqs;
 use minerva_formats::{Checkpoint, ModelSpec};
@@ -53,9 +53,16 @@ pub struct KvCache {
     kv: Vec<KvId>,
     ctx: usize,
     tokens: Vec<u32>,
+    /// Positions whose step ran on a choice not read yet ([`Model::decode_choice`]): they hold
+    /// [`UNREAD`] in `tokens` until [`Model::read_choice`].
+    unread: Vec<(Choice, usize)>,
     /// Sliding-window layers keep a ring of this many positions (None: the whole context).
     ring: Option<(usize, usize)>,
 }
+
+/// The placeholder id of a cached position whose token is not read yet (no vocabulary has this
+/// many tokens, so it never matches a prompt).
+pub const UNREAD: u32 = u32::MAX;
 
 impl KvCache {
     /// Tokens processed so far (the next position).
@@ -67,6 +74,22 @@ impl KvCache {
     }
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
+    }
+}
+
+/// What a forward step embeds.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    Ids(&'a [u32]),
+    Chosen(Choice),
+}
+
+impl Input<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Input::Ids(ids) => ids.len(),
+            Input::Chosen(_) => 1,
+        }
     }
 }
 
@@ -205,6 +228,7 @@ impl Model {
             kv,
             ctx,
             tokens: Vec::new(),
+            unread: Vec::new(),
             ring,
         })
     }
@@ -227,6 +251,8 @@ impl Model {
             _ => true,
         };
         cache.tokens.truncate(if ok { len } else { 0 });
+        let kept = cache.tokens.len();
+        cache.unread.retain(|&(_, at)| at < kept);
         ok
     }
 
@@ -246,6 +272,42 @@ impl Model {
         self.backend.argmax(self.s.logits, 0)
     }
 
+    /// Greedy choice of the next token from the last step's logits, which the backend may leave
+    /// on the device (then [`Model::decode_choice`] can queue the next step before the host
+    /// knows the token, and [`Model::read_choice`] reads it).
+    pub fn choose_greedy(&mut self) -> Result<Choice> {
+        self.backend.choose_greedy(self.s.logits, 0)
+    }
+
+    /// Queues the one-token step of `choice` after the cache's tokens, leaving its logits for
+    /// the next choice. The cache holds [`UNREAD`] for it until [`Model::read_choice`].
+    pub fn decode_choice(&mut self, cache: &mut KvCache, choice: Choice) -> Result<()> {
+        self.check_room(cache, 1)?;
+        self.step(cache, Input::Chosen(choice))?;
+        let id = match choice {
+            Choice::Known(id) => id,
+            Choice::OnDevice(_) => {
+                cache.unread.push((choice, cache.tokens.len()));
+                UNREAD
+            }
+        };
+        cache.tokens.push(id);
+        self.last_row_logits(1)
+    }
+
+    /// The id of a choice (waiting for the step that made it), written into the cache where a
+    /// step already ran on it.
+    pub fn read_choice(&mut self, cache: &mut KvCache, choice: Choice) -> Result<u32> {
+        let id = self.backend.read_choice(choice)?;
+        if let Some(i) = cache.unread.iter().position(|(c, _)| *c == choice) {
+            let (_, at) = cache.unread.remove(i);
+            if let Some(t) = cache.tokens.get_mut(at) {
+                *t = id;
+            }
+        }
+        Ok(id)
+    }
+
     /// The `k` best candidates of the last step's logits.
     pub fn top_k(&mut self, k: usize) -> Result<Vec<(u32, f32)>> {
         self.backend.top_k(self.s.logits, 0, k)
@@ -262,13 +324,7 @@ impl Model {
                 "a forward step needs at least one token".into(),
             ));
         }
-        let needed = cache.pos() + ids.len();
-        if needed > cache.ctx {
-            return Err(EngineError::ContextFull {
-                ctx: cache.ctx,
-                needed,
-            });
-        }
+        self.check_room(cache, ids.len())?;
         if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.spec.vocab_size) {
             return Err(EngineError::Invalid(format!(
                 "token id {bad} is outside the vocabulary of {}",
@@ -277,7 +333,7 @@ impl Model {
         }
         let mut all = Vec::new();
         for chunk in ids.chunks(self.max_batch) {
-            self.step(cache, chunk)?;
+            self.step(cache, Input::Ids(chunk))?;
             cache.tokens.extend_from_slice(chunk);
             if want == Logits::All {
                 all.extend(self.chunk_logits(chunk.len())?);
@@ -289,13 +345,28 @@ impl Model {
         Ok(all)
     }
 
-    /// One forward step over `ids` at the cache's position, leaving the final hidden states in
-    /// `s.x`.
-    fn step(&mut self, cache: &KvCache, ids: &[u32]) -> Result<()> {
+    /// Whether `n` more tokens fit the cache.
+    fn check_room(&self, cache: &KvCache, n: usize) -> Result<()> {
+        let needed = cache.pos() + n;
+        if needed > cache.ctx {
+            return Err(EngineError::ContextFull {
+                ctx: cache.ctx,
+                needed,
+            });
+        }
+        Ok(())
+    }
+
+    /// One forward step over `input` at the cache's position, leaving the final hidden states
+    /// in `s.x`.
+    fn step(&mut self, cache: &KvCache, input: Input) -> Result<()> {
         let (b, s, spec, w) = (self.backend.as_mut(), &self.s, &self.spec, &self.weights);
-        let (n, pos, eps) = (ids.len(), cache.pos(), spec.norm_eps);
+        let (n, pos, eps) = (input.len(), cache.pos(), spec.norm_eps);
         let (hidden, hd) = (spec.hidden_size, spec.head_dim);
-        b.embed(w.embed, ids, s.x)?;
+        match input {
+            Input::Ids(ids) => b.embed(w.embed, ids, s.x)?,
+            Input::Chosen(c) => b.embed_choice(w.embed, c, s.x)?,
+        }
         for (l, lw) in w.layers.iter().enumerate() {
             // Attention: norm, projections, optional per-head q/k norm, RoPE, cached attention.
             b.rms_norm(s.x, lw.attn_norm, s.h, n, hidden, eps)?;

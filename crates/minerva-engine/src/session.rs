@@ -6,6 +6,7 @@
 //! [`EngineError::ContextFull`]; a generation that reaches the end of the context stops with
 //! [`StopReason::ContextFull`]. Nothing is truncated silently.
 
+use crate::backend::Choice;
 use crate::error::{EngineError, Result};
 use crate::model::{KvCache, Model};
 use crate::sampler::{Sampler, SamplerConfig};
@@ -177,6 +178,8 @@ impl Session {
         let mut ttft_ms = 0.0;
         let mut decode_start = Instant::now();
         let mut generated = 0;
+        // The choice of the next token when its step is already queued.
+        let mut ahead: Option<Choice> = None;
         let stop_reason = loop {
             if cancel.load(Ordering::Relaxed) {
                 break StopReason::Cancelled;
@@ -184,15 +187,21 @@ impl Session {
             if generated == req.max_tokens {
                 break StopReason::MaxTokens;
             }
-            let id = if sampler.config.is_plain_argmax() {
-                self.model.argmax()?
-            } else if let Some(k) = sampler.config.candidates() {
-                let candidates = self.model.top_k(k)?;
-                sampler.sample_candidates(&candidates)
-            } else {
-                let logits = self.model.last_logits()?;
-                sampler.sample(&logits, &history)
+            let choice = match ahead.take() {
+                Some(c) => c,
+                None => self.choose(&mut sampler, &history)?,
             };
+            // A choice left on the device gets its step queued before it is read, so that the
+            // device does not wait for the host between tokens. If the token ends the turn,
+            // the cache keeps it (its keys and values are right) and the next choice is dropped.
+            let queued = matches!(choice, Choice::OnDevice(_))
+                && generated + 1 < req.max_tokens
+                && self.cache.pos() < self.cache.ctx();
+            if queued {
+                self.model.decode_choice(&mut self.cache, choice)?;
+                ahead = Some(self.model.choose_greedy()?);
+            }
+            let id = self.model.read_choice(&mut self.cache, choice)?;
             generated += 1;
             history.push(id);
             if generated == 1 {
@@ -210,10 +219,12 @@ impl Session {
             if generated == req.max_tokens {
                 break StopReason::MaxTokens;
             }
-            if self.cache.pos() >= self.cache.ctx() {
-                break StopReason::ContextFull;
+            if !queued {
+                if self.cache.pos() >= self.cache.ctx() {
+                    break StopReason::ContextFull;
+                }
+                self.model.prefill(&mut self.cache, &[id])?;
             }
-            self.model.prefill(&mut self.cache, &[id])?;
         };
         // Decode speed counts the forward steps after the first token.
         let steps = generated.saturating_sub(1) as f64;
@@ -236,6 +247,22 @@ impl Session {
             stats: stats.clone(),
         });
         Ok(stats)
+    }
+
+    /// The next token as the sampler picks it from the last step's logits: a greedy choice may
+    /// stay on the device.
+    fn choose(&mut self, sampler: &mut Sampler, history: &[u32]) -> Result<Choice> {
+        if sampler.config.is_plain_argmax() {
+            return self.model.choose_greedy();
+        }
+        let id = if let Some(k) = sampler.config.candidates() {
+            let candidates = self.model.top_k(k)?;
+            sampler.sample_candidates(&candidates)
+        } else {
+            let logits = self.model.last_logits()?;
+            sampler.sample(&logits, history)
+        };
+        Ok(Choice::Known(id))
     }
 
     /// Moves the session to a thread of its own; turns are queued and run in order.

@@ -1,18 +1,26 @@
-//! The GPU backend as the transformer drives it: weights take their stored size on the GPU, and
-//! a decode step (one token in, its greedy id out) waits once, its work submitted in the pieces
-//! `submit_sizes` plans.
+//! The GPU backend as the transformer drives it: weights take their stored size on the GPU, a
+//! decode step (one token in, its greedy id out) waits once, its work submitted in the pieces
+//! `submit_sizes` plans, and greedy turns queue each step before reading the token it embeds.
 
 mod gpu_common;
 
+use minerva_engine::backend::Choice;
 use minerva_engine::gpu::context::submit_sizes;
 use minerva_engine::gpu::{GpuBackend, GpuError, GpuOptions};
-use minerva_engine::Model;
+use minerva_engine::model::UNREAD;
+use minerva_engine::session::NoText;
+use minerva_engine::{CpuBackend, Event, Model, Request, SamplerConfig, Session, StopReason};
 use minerva_formats::Checkpoint;
+use std::sync::atomic::AtomicBool;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
 
 fn backend() -> Option<GpuBackend> {
-    match GpuBackend::new(&GpuOptions::default()) {
+    backend_with(&GpuOptions::default())
+}
+
+fn backend_with(opts: &GpuOptions) -> Option<GpuBackend> {
+    match GpuBackend::new(opts) {
         Ok(b) => Some(b),
         Err(e @ GpuError::NoAdapter(_)) if std::env::var_os("CI").is_none() => {
             eprintln!("SKIPPED: no GPU adapter ({e})");
@@ -84,4 +92,105 @@ fn submit_pieces_start_small_and_cover_every_dispatch() {
         assert_eq!(sizes.iter().sum::<usize>(), n);
         assert!(sizes.iter().all(|&s| (1..=64).contains(&s)));
     }
+}
+
+/// The llama fixture prompt ("The quick brown fox jumps over the lazy dog.").
+const PROMPT: [u32; 24] = [
+    1, 330, 223, 449, 358, 77, 295, 407, 80, 486, 90, 402, 354, 82, 85, 321, 381, 273, 269, 67, 92,
+    91, 408, 16,
+];
+
+fn llama(backend: Box<dyn minerva_engine::Backend>) -> Model {
+    let ckpt = Checkpoint::open(format!("{FIXTURES}/llama/f32")).unwrap();
+    Model::load(&ckpt, backend).unwrap()
+}
+
+fn turn(s: &mut Session, max_tokens: usize, stop: Vec<u32>) -> (Vec<u32>, StopReason) {
+    let req = Request {
+        prompt: PROMPT.to_vec(),
+        max_tokens,
+        sampler: SamplerConfig::default(),
+        stop,
+    };
+    let mut ids = Vec::new();
+    let stats = s
+        .generate(&req, &AtomicBool::new(false), &mut NoText, &mut |e| {
+            if let Event::Token { id, .. } = e {
+                ids.push(id)
+            }
+        })
+        .unwrap();
+    (ids, stats.stop_reason)
+}
+
+#[test]
+fn greedy_choices_stay_on_the_device_until_read() {
+    let exact = GpuOptions {
+        kv_f32: true,
+        ..Default::default()
+    };
+    let Some(b) = backend_with(&exact) else {
+        return;
+    };
+    let mut model = llama(Box::new(b));
+    let mut cache = model.new_cache(64).unwrap();
+    model.prefill(&mut cache, &PROMPT).unwrap();
+    let first = model.choose_greedy().unwrap();
+    assert!(matches!(first, Choice::OnDevice(_)), "{first:?}");
+    // The step of the first token is queued before the token is known, and makes the second.
+    model.decode_choice(&mut cache, first).unwrap();
+    assert_eq!(cache.tokens().last(), Some(&UNREAD));
+    let second = model.choose_greedy().unwrap();
+    let a = model.read_choice(&mut cache, first).unwrap();
+    let b = model.read_choice(&mut cache, second).unwrap();
+    assert_eq!(cache.tokens().last(), Some(&a));
+
+    // The same two tokens chosen one synchronous step at a time on the CPU.
+    let mut cpu = llama(Box::new(CpuBackend::new()));
+    let mut c = cpu.new_cache(64).unwrap();
+    cpu.prefill(&mut c, &PROMPT).unwrap();
+    let a_cpu = cpu.argmax().unwrap();
+    cpu.prefill(&mut c, &[a_cpu]).unwrap();
+    assert_eq!((a, b), (a_cpu, cpu.argmax().unwrap()));
+}
+
+#[test]
+fn pipelined_greedy_turns_end_like_synchronous_ones() {
+    let exact = GpuOptions {
+        kv_f32: true,
+        ..Default::default()
+    };
+    let cpu_session = |ctx| Session::new(llama(Box::new(CpuBackend::new())), ctx, 0.0).unwrap();
+    let Some(b) = backend_with(&exact) else {
+        return;
+    };
+    let mut gpu = Session::new(llama(Box::new(b)), 256, 0.0).unwrap();
+    let (free, reason) = turn(&mut gpu, 8, vec![]);
+    assert_eq!(reason, StopReason::MaxTokens);
+    assert_eq!(free, turn(&mut cpu_session(256), 8, vec![]).0);
+    // The cache holds the prompt and every generated token but the last, all read.
+    let mut held = PROMPT.to_vec();
+    held.extend(&free[..7]);
+    assert_eq!(gpu.cached(), held);
+
+    // A stop token ends the turn at once; the step queued on it stays in the cache.
+    let first_stop = free.iter().position(|&t| t == free[2]).unwrap();
+    let (ids, reason) = turn(&mut gpu, 8, vec![free[2]]);
+    assert_eq!(
+        (ids.as_slice(), reason),
+        (&free[..=first_stop], StopReason::Stop)
+    );
+    let mut held = PROMPT.to_vec();
+    held.extend(&free[..=first_stop]);
+    assert_eq!(gpu.cached(), held);
+
+    // The end of the context stops the turn after the same tokens as on the CPU.
+    let Some(b) = backend_with(&exact) else {
+        return;
+    };
+    let mut gpu = Session::new(llama(Box::new(b)), 26, 0.0).unwrap();
+    let (ids, reason) = turn(&mut gpu, 10, vec![]);
+    assert_eq!(reason, StopReason::ContextFull);
+    assert_eq!(ids, turn(&mut cpu_session(26), 10, vec![]).0);
+    assert!(!gpu.cached().contains(&UNREAD));
 }

@@ -4,7 +4,7 @@
 //! rewritten from the CPU (token ids, the step uniform). Dispatches — pipeline, parameters,
 //! bind group — are made once per distinct op call and reused by every later step.
 
-use super::context::{GpuContext, GpuOptions};
+use super::context::{GpuContext, GpuOptions, PendingRead};
 use super::error::{GpuError, GpuResult};
 use super::ops::{
     moe_max_tiles, select_scratch_len, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds,
@@ -13,8 +13,8 @@ use super::ops::{
 use super::pipelines::Dispatch;
 use super::weights::GpuWeight;
 use crate::backend::{
-    AttnParams, Backend, BufId, KvId, KvSpec, Linear, MatView, MoeBlock, RopeParams, VecRef,
-    WeightId,
+    AttnParams, Backend, BufId, Choice, KvId, KvSpec, Linear, MatView, MoeBlock, RopeParams,
+    VecRef, WeightId,
 };
 use crate::error::{EngineError, Result};
 use minerva_formats::{Activation, DType, RopeStyle, TensorData, TensorView};
@@ -128,6 +128,11 @@ pub struct GpuBackend {
     deferred: Option<Deferred>,
     ids: wgpu::Buffer,
     ids_len: usize,
+    /// The last greedy choice kept on the device, which the next `embed_choice` reads.
+    chosen: wgpu::Buffer,
+    /// Choices on the device whose read backs are in flight, oldest first, with their numbers.
+    choices: std::collections::VecDeque<(u64, PendingRead)>,
+    next_choice: u64,
     scratch: Scratch,
     pending: Vec<Arc<Dispatch>>,
     recorded: HashMap<u64, Vec<Arc<Dispatch>>>,
@@ -147,6 +152,7 @@ impl GpuBackend {
         let ctx = Arc::new(GpuContext::new(opts)?);
         let step = ctx.uniform("step", &Step::default());
         let ids = ctx.storage("token ids", 4 * 64);
+        let chosen = ctx.storage("chosen token", 4);
         let ctx_is_hardware = ctx.info.device_type != wgpu::DeviceType::Cpu;
         let b = GpuBackend {
             ops: Ops::new(ctx.clone()),
@@ -168,6 +174,9 @@ impl GpuBackend {
             deferred: None,
             ids,
             ids_len: 64,
+            chosen,
+            choices: Default::default(),
+            next_choice: 0,
             scratch: Scratch::default(),
             pending: Vec::new(),
             recorded: HashMap::new(),
@@ -263,13 +272,19 @@ impl GpuBackend {
 
     /// Sends the recorded work and reads `reads` back in the same submit.
     fn flush_read(&mut self, reads: &[(Src, u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        let read = self.flush_and_read(reads)?;
+        Ok(self.ctx.finish_read(read)?)
+    }
+
+    /// Sends the recorded work with copies of `reads` behind it, without waiting for them.
+    fn flush_and_read(&mut self, reads: &[(Src, u64, u64)]) -> Result<PendingRead> {
         self.materialize()?;
         let list: Vec<&Dispatch> = self.pending.iter().map(|d| d.as_ref()).collect();
         let mut regions = Vec::new();
         for (src, off, bytes) in reads {
             regions.push((self.src(*src)?, *off, *bytes));
         }
-        let out = self.ctx.run_and_read(&list, &regions)?;
+        let out = self.ctx.submit_and_read(&list, &regions)?;
         self.pending.clear();
         self.step_users = false;
         self.ids_users = false;
@@ -483,7 +498,27 @@ impl GpuBackend {
                 .bufs
                 .get(name)
                 .ok_or_else(|| bad(format!("scratch {name} missing"))),
+            Src::Chosen => Ok(&self.chosen),
         }
+    }
+
+    /// Records the argmax of row `row` of `x` into the chosen-token buffer.
+    fn record_argmax(&mut self, x: BufId, row: usize) -> Result<()> {
+        self.check_rows(x, row + 1, None, "argmax")?;
+        let cols = self.buf(x)?.cols;
+        self.scratch("select lists", select_scratch_len(cols as u32, 1, 1) * 4);
+        self.scratch("counters", 4);
+        self.record(key!("argmax", x, row), |s| {
+            Ok(vec![s.ops.argmax(
+                &s.buf(x)?.buf,
+                (row * cols) as u32,
+                cols as u32,
+                1,
+                &s.chosen,
+                s.src(Src::Scratch("select lists"))?,
+                s.src(Src::Scratch("counters"))?,
+            )?])
+        })
     }
 
     fn glu_op(act: Activation) -> Eltwise {
@@ -670,15 +705,19 @@ impl KeyPart for Src {
         match self {
             Src::Buf(b) => (0u32, b.0).hash(h),
             Src::Scratch(name) => (1u32, *name).hash(h),
+            Src::Chosen => 2u32.hash(h),
         }
     }
 }
 
-/// Where an op's operand lives: a transformer buffer or a named scratch buffer.
+/// Where an op's operand lives: a transformer buffer, a named scratch buffer, or the chosen
+/// token.
 #[derive(Debug, Clone, Copy)]
 enum Src {
     Buf(BufId),
     Scratch(&'static str),
+    /// The last greedy choice.
+    Chosen,
 }
 
 impl Backend for GpuBackend {
@@ -1487,24 +1526,54 @@ impl Backend for GpuBackend {
     }
 
     fn argmax(&mut self, x: BufId, row: usize) -> Result<u32> {
-        self.check_rows(x, row + 1, None, "argmax")?;
-        let cols = self.buf(x)?.cols;
-        self.scratch("selected ids", 4);
-        self.scratch("select lists", select_scratch_len(cols as u32, 1, 1) * 4);
-        self.scratch("counters", 4);
-        self.record(key!("argmax", x, row), |s| {
-            Ok(vec![s.ops.argmax(
-                &s.buf(x)?.buf,
-                (row * cols) as u32,
-                cols as u32,
-                1,
-                s.src(Src::Scratch("selected ids"))?,
-                s.src(Src::Scratch("select lists"))?,
-                s.src(Src::Scratch("counters"))?,
-            )?])
-        })?;
-        let b = self.flush_read(&[(Src::Scratch("selected ids"), 0, 4)])?;
+        self.record_argmax(x, row)?;
+        let b = self.flush_read(&[(Src::Chosen, 0, 4)])?;
         Ok(u32::from_le_bytes([b[0][0], b[0][1], b[0][2], b[0][3]]))
+    }
+
+    fn choose_greedy(&mut self, x: BufId, row: usize) -> Result<Choice> {
+        self.record_argmax(x, row)?;
+        let read = self.flush_and_read(&[(Src::Chosen, 0, 4)])?;
+        let n = self.next_choice;
+        self.next_choice += 1;
+        // Choices nobody read (a turn that ended on the token before) are dropped.
+        while self.choices.len() >= 2 {
+            self.choices.pop_front();
+        }
+        self.choices.push_back((n, read));
+        Ok(Choice::OnDevice(n))
+    }
+
+    fn embed_choice(&mut self, table: WeightId, choice: Choice, out: BufId) -> Result<()> {
+        let n = match choice {
+            Choice::Known(id) => return self.embed(table, &[id], out),
+            Choice::OnDevice(n) => n,
+        };
+        // Only the latest choice is still in the buffer.
+        if n + 1 != self.next_choice {
+            return Err(bad(format!("choice {n} is no longer on the device")));
+        }
+        self.touch(&[out])?;
+        let cols = self.weight(table)?.cols;
+        self.check_rows(out, 1, Some(cols), "embed")?;
+        self.record(key!("embed choice", table, out), |s| {
+            Ok(s.ops
+                .embed(s.weight(table)?, &s.chosen, &s.buf(out)?.buf, 1, 1.0)?)
+        })
+    }
+
+    fn read_choice(&mut self, choice: Choice) -> Result<u32> {
+        let n = match choice {
+            Choice::Known(id) => return Ok(id),
+            Choice::OnDevice(n) => n,
+        };
+        while let Some((m, read)) = self.choices.pop_front() {
+            if m == n {
+                let b = self.ctx.finish_read(read)?;
+                return Ok(u32::from_le_bytes([b[0][0], b[0][1], b[0][2], b[0][3]]));
+            }
+        }
+        Err(bad(format!("choice {n} was already read or dropped")))
     }
 
     fn top_k(&mut self, x: BufId, row: usize, k: usize) -> Result<Vec<(u32, f32)>> {

@@ -249,7 +249,7 @@ impl GpuContext {
 
     /// Records `dispatches` and submits them (see `submit_pieces`).
     pub fn submit(&self, dispatches: &[&super::pipelines::Dispatch]) -> GpuResult<()> {
-        let profiled = self.submit_pieces(dispatches, |_| {});
+        let (_, profiled) = self.submit_pieces(dispatches, |_| {});
         self.finish_profile(profiled);
         self.check()
     }
@@ -262,8 +262,9 @@ impl GpuContext {
         &self,
         dispatches: &[&super::pipelines::Dispatch],
         last: impl FnOnce(&mut wgpu::CommandEncoder),
-    ) -> Vec<super::profile::Pending> {
+    ) -> (wgpu::SubmissionIndex, Vec<super::profile::Pending>) {
         let mut profiled = Vec::new();
+        let mut submission = None;
         let mut last = Some(last);
         let mut at = 0;
         for size in submit_sizes(dispatches.len()) {
@@ -279,12 +280,14 @@ impl GpuContext {
                     f(&mut enc);
                 }
             }
-            self.queue.submit([enc.finish()]);
+            submission = Some(self.queue.submit([enc.finish()]));
             self.submits.fetch_add(1, Ordering::Relaxed);
         }
         self.dispatches
             .fetch_add(dispatches.len() as u64, Ordering::Relaxed);
-        profiled
+        // submit_sizes always yields at least one piece.
+        let submission = submission.unwrap_or_else(|| self.queue.submit([]));
+        (submission, profiled)
     }
 
     /// Records a step's dispatches: one compute pass, or one timed pass each when profiling.
@@ -329,6 +332,17 @@ impl GpuContext {
         dispatches: &[&super::pipelines::Dispatch],
         reads: &[(&wgpu::Buffer, u64, u64)],
     ) -> GpuResult<Vec<Vec<u8>>> {
+        let pending = self.submit_and_read(dispatches, reads)?;
+        self.finish_read(pending)
+    }
+
+    /// Like `run_and_read`, without the wait: the bytes come from `finish_read`, which waits
+    /// only for this submission, so that later work can be queued behind it meanwhile.
+    pub fn submit_and_read(
+        &self,
+        dispatches: &[&super::pipelines::Dispatch],
+        reads: &[(&wgpu::Buffer, u64, u64)],
+    ) -> GpuResult<PendingRead> {
         let padded: Vec<u64> = reads.iter().map(|r| r.2.div_ceil(4).max(1) * 4).collect();
         let total: u64 = padded.iter().sum();
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -338,27 +352,46 @@ impl GpuContext {
             mapped_at_creation: false,
         });
         let started = std::time::Instant::now();
-        let profiled = self.submit_pieces(dispatches, |enc| {
+        let (submission, profiled) = self.submit_pieces(dispatches, |enc| {
             let mut at = 0;
             for ((buf, offset, _), size) in reads.iter().zip(&padded) {
                 enc.copy_buffer_to_buffer(buf, *offset, &staging, at, *size);
                 at += size;
             }
         });
-        let submitted = std::time::Instant::now();
         self.check()?;
-        let slot: Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>> =
+        let mapped: Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>> =
             Arc::new(Mutex::new(None));
-        let s = slot.clone();
+        let s = mapped.clone();
         staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
             *s.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         });
-        self.wait()?;
+        Ok(PendingRead {
+            staging,
+            sizes: reads.iter().map(|r| r.2).zip(padded).collect(),
+            submission,
+            mapped,
+            profiled,
+            dispatches: dispatches.len(),
+            encode: started.elapsed(),
+        })
+    }
+
+    /// Waits for a read's submission (not for work queued after it) and returns its bytes.
+    pub fn finish_read(&self, read: PendingRead) -> GpuResult<Vec<Vec<u8>>> {
+        let waited = std::time::Instant::now();
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(read.submission),
+                timeout: None,
+            })
+            .map_err(|e| GpuError::DeviceLost(e.to_string()))?;
+        self.check()?;
         if let Some(t) = &self.timer {
-            t.add(dispatches.len(), submitted - started, submitted.elapsed());
+            t.add(read.dispatches, read.encode, waited.elapsed());
         }
-        self.finish_profile(profiled);
-        let result = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.finish_profile(read.profiled);
+        let result = read.mapped.lock().unwrap_or_else(|p| p.into_inner()).take();
         match result {
             Some(Ok(())) => {}
             Some(Err(e)) => return Err(GpuError::Readback(e.to_string())),
@@ -366,17 +399,18 @@ impl GpuContext {
         }
         let mut out = Vec::new();
         {
-            let view = staging
+            let view = read
+                .staging
                 .slice(..)
                 .get_mapped_range()
                 .map_err(|e| GpuError::Readback(e.to_string()))?;
             let mut at = 0usize;
-            for ((_, _, bytes), size) in reads.iter().zip(&padded) {
+            for (bytes, size) in &read.sizes {
                 out.push(view[at..at + *bytes as usize].to_vec());
                 at += *size as usize;
             }
         }
-        staging.unmap();
+        read.staging.unmap();
         Ok(out)
     }
 
@@ -399,6 +433,19 @@ impl GpuContext {
         let b = self.read_bytes(buf, offset_elems as u64 * 4, n as u64 * 4)?;
         Ok(bytemuck::pod_collect_to_vec(&b))
     }
+}
+
+/// A submitted step's read back, not yet waited for (`GpuContext::finish_read`).
+pub struct PendingRead {
+    staging: wgpu::Buffer,
+    /// Bytes asked for and bytes taken in the staging buffer, per region.
+    sizes: Vec<(u64, u64)>,
+    submission: wgpu::SubmissionIndex,
+    mapped: Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>>,
+    profiled: Vec<super::profile::Pending>,
+    dispatches: usize,
+    /// Host time spent recording and submitting.
+    encode: std::time::Duration,
 }
 
 /// How many dispatches each command buffer of a step holds: a small first piece so that the GPU
