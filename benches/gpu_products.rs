@@ -1,11 +1,13 @@
 //! GPU decode products alone: one product kernel dispatched many times in one submit, so that
 //! the time per dispatch is the kernel's (plus the barrier between dispatches), for the shapes
-//! of tinyllama-1.1b and gpt-oss-20b and several workgroup shapes. Needs a GPU adapter; prints
+//! of tinyllama-1.1b and gpt-oss-20b, several workgroup shapes and parts in flight per lane. Needs a GPU adapter; prints
 //! a note and measures nothing without one.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use minerva_engine::gpu::pipelines::Dispatch;
-use minerva_engine::gpu::{Eltwise, Folds, GpuContext, GpuOptions, GpuWeight, MatSel, Ops, Region};
+use minerva_engine::gpu::{
+    Eltwise, Folds, GpuContext, GpuOptions, GpuWeight, MatSel, Multi, NormFold, Ops, Region,
+};
 use minerva_formats::{DType, TensorData, TensorView};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,15 +109,10 @@ fn products(c: &mut Criterion) {
     ];
     for (dtype, rows, cols) in shapes {
         let bytes = weight_bytes(dtype, rows, cols);
-        let view = TensorView {
-            name: "w",
-            shape: vec![rows, cols],
-            dtype,
-            data: TensorData::Plain(&bytes),
-        };
-        let w = GpuWeight::upload(&ctx, &view, 1).expect("upload");
-        for (wg, rpw) in [(256, 4), (128, 2), (256, 1)] {
+        let w = upload(&ctx, dtype, rows, cols, &bytes);
+        for (wg, rpw, in_flight) in SHAPES {
             ops.set_product_shape(wg, rpw);
+            ops.set_in_flight(in_flight, 2);
             let d = ops
                 .matvec(
                     &w,
@@ -128,10 +125,65 @@ fn products(c: &mut Criterion) {
                     Folds::default(),
                 )
                 .expect("matvec");
-            let name = format!("{} {rows}x{cols} wg {wg} rows {rpw}", dtype.name());
+            let name = format!(
+                "{} {rows}x{cols} wg {wg} rows {rpw} in flight {in_flight}",
+                dtype.name()
+            );
             time_dispatch(c, &ctx, &name, &d[0]);
         }
     }
+
+    // tinyllama's gate/up/SiLU product with the RMSNorm folded in, as decode runs it.
+    let norm = NormFold {
+        buf: &x,
+        offset: 0,
+        eps: 1e-5,
+    };
+    for dtype in [DType::Q4_0, DType::Q8_0] {
+        let (rows, cols) = (5632, 2048);
+        let bytes = weight_bytes(dtype, rows, cols);
+        let gate = upload(&ctx, dtype, rows, cols, &bytes);
+        let up = upload(&ctx, dtype, rows, cols, &bytes);
+        for (wg, rpw, in_flight) in SHAPES {
+            ops.set_product_shape(wg, rpw);
+            ops.set_in_flight(4, in_flight);
+            let d = ops
+                .matvec_multi(
+                    &[&gate, &up],
+                    Region::new(&x, 0, cols as u32),
+                    &[&y],
+                    Multi::Glu(Eltwise::SwiGlu),
+                    Some(norm),
+                    &[],
+                )
+                .expect("glu product");
+            let name = format!(
+                "{} gate/up {rows}x{cols} norm wg {wg} rows {rpw} in flight {in_flight}",
+                dtype.name()
+            );
+            time_dispatch(c, &ctx, &name, &d);
+        }
+    }
+}
+
+/// Decode product shapes measured: (workgroup size, rows per workgroup, parts in flight).
+const SHAPES: [(u32, u32, u32); 6] = [
+    (256, 4, 4),
+    (256, 4, 2),
+    (256, 4, 8),
+    (256, 8, 4),
+    (128, 1, 8),
+    (64, 1, 4),
+];
+
+fn upload(ctx: &GpuContext, dtype: DType, rows: usize, cols: usize, bytes: &[u8]) -> GpuWeight {
+    let view = TensorView {
+        name: "w",
+        shape: vec![rows, cols],
+        dtype,
+        data: TensorData::Plain(bytes),
+    };
+    GpuWeight::upload(ctx, &view, 1).expect("upload")
 }
 
 criterion_group! {

@@ -623,6 +623,8 @@ pub struct Ops {
     pipelines: Arc<Pipelines>,
     /// Decode products' workgroup size and rows per workgroup.
     product_shape: (u32, u32),
+    /// Parts in flight per lane: plain products, products reading two weights per part (GLU).
+    in_flight: (u32, u32),
 }
 
 /// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
@@ -630,12 +632,17 @@ pub struct Ops {
 /// 29): never slower by more than noise, up to 8 % faster.
 pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
 
+/// Parts whose loads a lane of a decode product issues together: plain products, and products
+/// reading two weights per part (GLU; entry 34).
+pub const IN_FLIGHT: (u32, u32) = (4, 2);
+
 impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
         Ops {
             ctx,
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
+            in_flight: IN_FLIGHT,
         }
     }
 
@@ -643,6 +650,12 @@ impl Ops {
     /// rows ≤ size / 4), for measuring shapes against each other.
     pub fn set_product_shape(&mut self, wg: u32, rows: u32) {
         self.product_shape = (wg, rows);
+    }
+
+    /// Sets how many parts a lane of a decode product loads at once (plain, GLU), for
+    /// measuring them against each other.
+    pub fn set_in_flight(&mut self, plain: u32, glu: u32) {
+        self.in_flight = (plain.max(1), glu.max(1));
     }
 
     fn pipeline(
@@ -666,11 +679,20 @@ impl Ops {
 
     /// Workgroup shape of the decode products, and subgroup reductions where every subgroup
     /// lies within one row's lanes.
-    fn product_defines(&self) -> Defines {
+    fn product_defines(&self, glu: bool) -> Defines {
         let (wg, rpw) = self.product_shape;
         let tpr = wg / rpw;
         let caps = self.ctx.caps;
-        let mut d = defines(&[("WG", format!("{wg}u")), ("RPW", format!("{rpw}u"))]);
+        let in_flight = if glu {
+            self.in_flight.1
+        } else {
+            self.in_flight.0
+        };
+        let mut d = defines(&[
+            ("WG", format!("{wg}u")),
+            ("RPW", format!("{rpw}u")),
+            ("IN_FLIGHT", format!("{in_flight}u")),
+        ]);
         if caps.subgroups && caps.subgroup_max <= tpr && tpr.is_multiple_of(caps.subgroup_max) {
             d.insert("SUBGROUPS".into(), String::new());
         }
@@ -679,7 +701,7 @@ impl Ops {
 
     fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool) -> Defines {
         let mut d = decoder;
-        d.extend(self.product_defines());
+        d.extend(self.product_defines(false));
         if experts {
             d.insert("MOE".into(), String::new());
         }
@@ -889,7 +911,7 @@ impl Ops {
         {
             return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
         }
-        let mut d = self.product_defines();
+        let mut d = self.product_defines(glu);
         match mode {
             Multi::Split => {
                 d.insert("SPLIT".into(), String::new());

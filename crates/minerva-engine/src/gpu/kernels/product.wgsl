@@ -2,7 +2,7 @@
 // over its parts, x read as vec4s, the RMSNorm that NORM folds into a product, and sums over a
 // row's lanes. The including kernel declares `x: array<vec4<f32>>`, the uniform `p` (fields
 // cols, norm_offset, eps), with NORM `norm_w: array<vec4<f32>>` (the norm's weight), the
-// constants WG and TPR (lanes per row), and `fn part_value(at: RowAt, i: u32) -> vec4<f32>`: the
+// constants WG, TPR (lanes per row) and IN_FLIGHT (parts whose loads a lane issues together), and `fn part_value(at: RowAt, i: u32) -> vec4<f32>`: the
 // sums that part i of the row adds (x: a dot product, y: Σx² of the x values read, z: a second
 // dot product, w: unused).
 //
@@ -17,22 +17,16 @@ struct RowAt {
     row: u32,
 }
 
-// Σ part_value over the parts t, t + TPR, … of a row (t: the lane), four at a time so that
-// their loads are in flight together (two with GLU, whose parts read two weights each).
+// Σ part_value over the parts t, t + TPR, … of a row (t: the lane), IN_FLIGHT at a time so
+// that their loads are in flight together.
 fn row_parts(at: RowAt, t: u32, parts: u32) -> vec4<f32> {
     var acc = vec4<f32>(0.0);
     var i = t;
-#ifdef GLU
-    for (; i + TPR < parts; i += 2u * TPR) {
-        acc += part_value(at, i) + part_value(at, i + TPR);
+    for (; i + (IN_FLIGHT - 1u) * TPR < parts; i += IN_FLIGHT * TPR) {
+        for (var k = 0u; k < IN_FLIGHT; k++) {
+            acc += part_value(at, i + k * TPR);
+        }
     }
-#else
-    for (; i + 3u * TPR < parts; i += 4u * TPR) {
-        let a = part_value(at, i) + part_value(at, i + TPR);
-        let b = part_value(at, i + 2u * TPR) + part_value(at, i + 3u * TPR);
-        acc += a + b;
-    }
-#endif
     for (; i < parts; i += TPR) {
         acc += part_value(at, i);
     }
