@@ -1,6 +1,6 @@
 //! GPU decode products alone: one product kernel dispatched many times in one submit, so that
 //! the time per dispatch is the kernel's (plus the barrier between dispatches), for the shapes
-//! of tinyllama-1.1b and gpt-oss-20b, several workgroup shapes and parts in flight per lane. Needs a GPU adapter; prints
+//! of tinyllama-1.1b and gpt-oss-20b, several workgroup shapes and rows per lane. Needs a GPU adapter; prints
 //! a note and measures nothing without one.
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -110,9 +110,9 @@ fn products(c: &mut Criterion) {
     for (dtype, rows, cols) in shapes {
         let bytes = weight_bytes(dtype, rows, cols);
         let w = upload(&ctx, dtype, rows, cols, &bytes);
-        for (wg, rpw, in_flight) in SHAPES {
+        for (wg, rpw, rows_per_lane) in SHAPES {
             ops.set_product_shape(wg, rpw);
-            ops.set_in_flight(in_flight, 2);
+            ops.set_rows_per_lane(rows_per_lane);
             let d = ops
                 .matvec(
                     &w,
@@ -126,7 +126,7 @@ fn products(c: &mut Criterion) {
                 )
                 .expect("matvec");
             let name = format!(
-                "{} {rows}x{cols} wg {wg} rows {rpw} in flight {in_flight}",
+                "{} {rows}x{cols} wg {wg} lane groups {rpw} rows per lane {rows_per_lane}",
                 dtype.name()
             );
             time_dispatch(c, &ctx, &name, &d[0]);
@@ -144,9 +144,8 @@ fn products(c: &mut Criterion) {
         let bytes = weight_bytes(dtype, rows, cols);
         let gate = upload(&ctx, dtype, rows, cols, &bytes);
         let up = upload(&ctx, dtype, rows, cols, &bytes);
-        for (wg, rpw, in_flight) in SHAPES {
+        for (wg, rpw) in [(256, 4), (128, 2)] {
             ops.set_product_shape(wg, rpw);
-            ops.set_in_flight(4, in_flight);
             let d = ops
                 .matvec_multi(
                     &[&gate, &up],
@@ -158,7 +157,7 @@ fn products(c: &mut Criterion) {
                 )
                 .expect("glu product");
             let name = format!(
-                "{} gate/up {rows}x{cols} norm wg {wg} rows {rpw} in flight {in_flight}",
+                "{} gate/up {rows}x{cols} norm wg {wg} rows {rpw}",
                 dtype.name()
             );
             time_dispatch(c, &ctx, &name, &d);
@@ -166,14 +165,15 @@ fn products(c: &mut Criterion) {
     }
 }
 
-/// Decode product shapes measured: (workgroup size, rows per workgroup, parts in flight).
+/// Plain decode product shapes measured: (workgroup size, lane groups per workgroup, rows per
+/// lane).
 const SHAPES: [(u32, u32, u32); 6] = [
-    (256, 4, 4),
+    (256, 4, 1),
     (256, 4, 2),
-    (256, 4, 8),
-    (256, 8, 4),
-    (128, 1, 8),
-    (64, 1, 4),
+    (256, 4, 3),
+    (128, 2, 2),
+    (128, 4, 2),
+    (256, 8, 2),
 ];
 
 fn upload(ctx: &GpuContext, dtype: DType, rows: usize, cols: usize, bytes: &[u8]) -> GpuWeight {

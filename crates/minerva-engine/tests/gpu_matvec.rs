@@ -379,14 +379,18 @@ fn check_matmul(
 #[test]
 fn every_dtype_matches_the_cpu() {
     let Some(ctx) = shared() else { return };
-    let ops = Ops::new(ctx);
+    let mut ops = Ops::new(ctx);
     let mut rng = Rng::new(1);
-    for (dtype, cols) in all_dtypes() {
-        let s = make(dtype, 45, cols, &mut rng);
-        check_stored(&ops, &s, Some(1));
-        // Rows longer than one staged chunk of x (64 units of 32 values).
-        let long = make(dtype, 5, cols * (2048 / cols + 1) + cols, &mut rng);
-        check_stored(&ops, &long, Some(1));
+    // Every number of rows per lane: 45 rows leave a last group of one row or two.
+    for rows_per_lane in 1..=3 {
+        ops.set_rows_per_lane(rows_per_lane);
+        for (dtype, cols) in all_dtypes() {
+            let s = make(dtype, 45, cols, &mut rng);
+            check_stored(&ops, &s, Some(1));
+            // Rows longer than one staged chunk of x (64 units of 32 values).
+            let long = make(dtype, 5, cols * (2048 / cols + 1) + cols, &mut rng);
+            check_stored(&ops, &long, Some(1));
+        }
     }
 }
 

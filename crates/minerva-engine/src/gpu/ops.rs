@@ -625,6 +625,8 @@ pub struct Ops {
     product_shape: (u32, u32),
     /// Parts in flight per lane: plain products, products reading two weights per part (GLU).
     in_flight: (u32, u32),
+    /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads.
+    rows_per_lane: u32,
 }
 
 /// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
@@ -636,6 +638,11 @@ pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
 /// reading two weights per part (GLU; entry 34).
 pub const IN_FLIGHT: (u32, u32) = (4, 2);
 
+/// Rows each lane of a plain decode product takes: its x values (and the folded norm's
+/// weights) are read once for all of them, and the L1 traffic of those reads bounds the
+/// products' speed (benches/GPU.md, entry 37).
+pub const ROWS_PER_LANE: u32 = 2;
+
 impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
         Ops {
@@ -643,6 +650,7 @@ impl Ops {
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
             in_flight: IN_FLIGHT,
+            rows_per_lane: ROWS_PER_LANE,
         }
     }
 
@@ -656,6 +664,11 @@ impl Ops {
     /// measuring them against each other.
     pub fn set_in_flight(&mut self, plain: u32, glu: u32) {
         self.in_flight = (plain.max(1), glu.max(1));
+    }
+
+    /// Sets how many rows each lane of a plain decode product takes (1 to 3).
+    pub fn set_rows_per_lane(&mut self, rows: u32) {
+        self.rows_per_lane = rows.clamp(1, 3);
     }
 
     fn pipeline(
@@ -702,6 +715,10 @@ impl Ops {
     fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool) -> Defines {
         let mut d = decoder;
         d.extend(self.product_defines(false));
+        d.insert("RPL".into(), format!("{}u", self.rows_per_lane));
+        if self.rows_per_lane > 1 {
+            d.insert("MULTI_ROW".into(), String::new());
+        }
         if experts {
             d.insert("MOE".into(), String::new());
         }
@@ -834,7 +851,7 @@ impl Ops {
         for r in ranges {
             let part = &w.parts[r.part];
             let rows = (r.j_hi - r.j_lo) as u32;
-            let (gx, gy) = grid2(rows.div_ceil(self.product_shape.1));
+            let (gx, gy) = grid2(rows.div_ceil(self.product_shape.1 * self.rows_per_lane));
             let params = MatvecParams {
                 rows,
                 cols: sel.in_dim as u32,

@@ -1,8 +1,9 @@
 // Matrix × vector for decode: y[z][r] = Σ_c W[r][c] · x[z][c] with W in its stored layout
-// (DECODER). Each workgroup owns RPW rows; the TPR = WG / RPW lanes of a row take its parts (8
-// values, a quarter of a 32-value unit: unit.wgsl) in turn, so that neighbouring lanes read
-// neighbouring weight words and x values, and reduce with subgroup adds where the adapter has
-// them (product.wgsl).
+// (DECODER). Each workgroup owns RPW groups of RPL consecutive rows; the TPR = WG / RPW lanes of
+// a group take its parts (8 values, a quarter of a 32-value unit: unit.wgsl) in turn, so that
+// neighbouring lanes read neighbouring weight words and x values, each lane reading its x
+// values once for the group's RPL rows (MULTI_ROW when RPL > 1), and reduce with subgroup adds
+// where the adapter has them (product.wgsl).
 // With MOE, batch item z uses expert ids[z]; a workgroup whose expert lives in another part of
 // the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
 // product; RESIDUAL also adds each result into `resid` (the residual stream).
@@ -51,9 +52,25 @@ struct Params {
 const TPR: u32 = WG / RPW;
 #include "product.wgsl"
 
+// Sums of part i for the lane's rows: x the first row's dot product, y Σx², z and w the second
+// and third rows' (MULTI_ROW; rows past the end read the last row again and are not written).
 fn part_value(at: RowAt, i: u32) -> vec4<f32> {
-    let w = load_part(at.w_row, i >> 2u, i & 3u, p.cols);
-    return vec4<f32>(dot_part(w, at.xb, (i >> 2u) * 32u, part_k(i & 3u)), 0.0, 0.0);
+    let u = i >> 2u;
+    let j = i & 3u;
+    let xp = x_part(at.xb, u * 32u, part_k(j));
+    var s = vec4<f32>(dot_x(load_part(at.w_row, u, j, p.cols), xp), xp.sq, 0.0, 0.0);
+#ifdef MULTI_ROW
+    for (var r = 1u; r < RPL; r++) {
+        let w_row = at.w_row + min(r, p.rows - 1u - at.row) * p.row_stride;
+        s[r + 1u] = dot_x(load_part(w_row, u, j, p.cols), xp);
+    }
+#endif
+    return s;
+}
+
+// The dot product of row r of the lane's rows in the reduced sums s.
+fn row_dot(s: vec4<f32>, r: u32) -> f32 {
+    return select(s[r + 1u], s.x, r == 0u);
 }
 
 @compute @workgroup_size(WG)
@@ -69,9 +86,8 @@ fn main(
     let sg_size = 1u;
     let sg_lane = 0u;
 #endif
-    let r_local = lid / TPR;
     let t = lid % TPR;
-    let row = (wid.x + wid.y * p.groups_x) * RPW + r_local;
+    let row = ((wid.x + wid.y * p.groups_x) * RPW + lid / TPR) * RPL;
     let z = wid.z;
     var live = row < p.rows;
     var w_row = p.row_base + row * p.row_stride;
@@ -86,14 +102,16 @@ fn main(
     let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
     if (t == 0u && live) {
-        var total = finish(s.x, s);
+        for (var r = 0u; r < min(RPL, p.rows - row); r++) {
+            var total = finish(row_dot(s, r), s);
 #ifdef BIAS
-        total += bias[p.bias_offset + b_row];
+            total += bias[p.bias_offset + b_row + r];
 #endif
-        let o = p.y_offset + z * p.y_stride + row;
-        y[o] = total;
+            let o = p.y_offset + z * p.y_stride + row + r;
+            y[o] = total;
 #ifdef RESIDUAL
-        resid[o] += total;
+            resid[o] += total;
 #endif
+        }
     }
 }

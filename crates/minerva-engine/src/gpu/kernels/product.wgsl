@@ -65,17 +65,33 @@ fn norm_vec4(c: u32) -> vec4<f32> {
 }
 #endif
 
-// Part `w` of the unit starting at column c (its vec4 indices k) against x at xb:
-// (dot product, Σx² of the x values read).
-fn dot_part(w: Part, xb: u32, c: u32, k: vec2<u32>) -> vec2<f32> {
+// The x values a part meets: vec4s k.x and k.y of the unit starting at column c of the vector
+// at xb (times the norm's weights with NORM), and Σx² of them (NORM).
+struct XPart {
+    a: vec4<f32>,
+    b: vec4<f32>,
+    sq: f32,
+}
+
+fn x_part(xb: u32, c: u32, k: vec2<u32>) -> XPart {
     let a = x_vec4(xb, c + 4u * k.x);
     let b = x_vec4(xb, c + 4u * k.y);
 #ifdef NORM
-    let d = dot(w[0], a * norm_vec4(c + 4u * k.x)) + dot(w[1], b * norm_vec4(c + 4u * k.y));
-    return vec2<f32>(d, dot(a, a) + dot(b, b));
+    return XPart(a * norm_vec4(c + 4u * k.x), b * norm_vec4(c + 4u * k.y), dot(a, a) + dot(b, b));
 #else
-    return vec2<f32>(dot(w[0], a) + dot(w[1], b), 0.0);
+    return XPart(a, b, 0.0);
 #endif
+}
+
+fn dot_x(w: Part, xp: XPart) -> f32 {
+    return dot(w[0], xp.a) + dot(w[1], xp.b);
+}
+
+// Part `w` of the unit starting at column c (its vec4 indices k) against x at xb:
+// (dot product, Σx² of the x values read).
+fn dot_part(w: Part, xb: u32, c: u32, k: vec2<u32>) -> vec2<f32> {
+    let xp = x_part(xb, c, k);
+    return vec2<f32>(dot_x(w, xp), xp.sq);
 }
 
 // A row's dot product d from its reduced sums s: divided by rms(x) with NORM.
@@ -98,10 +114,14 @@ fn row_sum(v: vec4<f32>, lid: u32, sg_size: u32, sg_lane: u32) -> vec4<f32> {
 #ifdef GLU
     let s = vec4<f32>(subgroupAdd(v.xyz), 0.0);
 #else
+#ifdef MULTI_ROW
+    let s = subgroupAdd(v);
+#else
 #ifdef NORM
     let s = vec4<f32>(subgroupAdd(v.xy), 0.0, 0.0);
 #else
     let s = vec4<f32>(subgroupAdd(v.x), 0.0, 0.0, 0.0);
+#endif
 #endif
 #endif
     if (sg_lane == 0u) {
