@@ -625,8 +625,9 @@ pub struct Ops {
     product_shape: (u32, u32),
     /// Parts in flight per lane: plain products, products reading two weights per part (GLU).
     in_flight: (u32, u32),
-    /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads.
-    rows_per_lane: u32,
+    /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads; None:
+    /// `rows_per_lane` chooses.
+    rows_per_lane: Option<u32>,
 }
 
 /// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
@@ -638,10 +639,17 @@ pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
 /// reading two weights per part (GLU; entry 34).
 pub const IN_FLIGHT: (u32, u32) = (4, 2);
 
-/// Rows each lane of a plain decode product takes: its x values (and the folded norm's
-/// weights) are read once for all of them, and the L1 traffic of those reads bounds the
-/// products' speed (benches/GPU.md, entry 37).
-pub const ROWS_PER_LANE: u32 = 2;
+/// Rows each lane of a plain decode product takes, by the product's outputs (rows × batch): its
+/// x values (and the folded norm's weights) are read once for all of them, which speeds up
+/// large products (32000 × 2048 Q4_0 by 18 % with 3) and slows small ones, whose fewer
+/// workgroups then each take longer (benches/GPU.md, entry 37).
+pub fn rows_per_lane(outputs: u32) -> u32 {
+    match outputs {
+        16384.. => 3,
+        8192.. => 2,
+        _ => 1,
+    }
+}
 
 impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
@@ -650,7 +658,7 @@ impl Ops {
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
             in_flight: IN_FLIGHT,
-            rows_per_lane: ROWS_PER_LANE,
+            rows_per_lane: None,
         }
     }
 
@@ -666,9 +674,10 @@ impl Ops {
         self.in_flight = (plain.max(1), glu.max(1));
     }
 
-    /// Sets how many rows each lane of a plain decode product takes (1 to 3).
+    /// Sets how many rows each lane of a plain decode product takes (1 to 3), for measuring
+    /// them against each other.
     pub fn set_rows_per_lane(&mut self, rows: u32) {
-        self.rows_per_lane = rows.clamp(1, 3);
+        self.rows_per_lane = Some(rows.clamp(1, 3));
     }
 
     fn pipeline(
@@ -712,11 +721,11 @@ impl Ops {
         d
     }
 
-    fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool) -> Defines {
+    fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool, rpl: u32) -> Defines {
         let mut d = decoder;
         d.extend(self.product_defines(false));
-        d.insert("RPL".into(), format!("{}u", self.rows_per_lane));
-        if self.rows_per_lane > 1 {
+        d.insert("RPL".into(), format!("{rpl}u"));
+        if rpl > 1 {
             d.insert("MULTI_ROW".into(), String::new());
         }
         if experts {
@@ -819,10 +828,14 @@ impl Ops {
         folds: Folds,
     ) -> GpuResult<Vec<Dispatch>> {
         w.check_sel(sel)?;
+        let rpl = self
+            .rows_per_lane
+            .unwrap_or_else(|| rows_per_lane(sel.out_dim as u32 * batch));
         let mut d = self.matvec_defines(
             self.weight_defines(w, sel),
             experts.is_some(),
             bias.is_some(),
+            rpl,
         );
         if folds.norm.is_some() {
             d.insert("NORM".into(), String::new());
@@ -851,7 +864,7 @@ impl Ops {
         for r in ranges {
             let part = &w.parts[r.part];
             let rows = (r.j_hi - r.j_lo) as u32;
-            let (gx, gy) = grid2(rows.div_ceil(self.product_shape.1 * self.rows_per_lane));
+            let (gx, gy) = grid2(rows.div_ceil(self.product_shape.1 * rpl));
             let params = MatvecParams {
                 rows,
                 cols: sel.in_dim as u32,
