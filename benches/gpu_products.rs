@@ -139,42 +139,57 @@ fn products(c: &mut Criterion) {
         offset: 0,
         eps: 1e-5,
     };
-    for dtype in [DType::Q4_0, DType::Q8_0] {
-        let (rows, cols) = (5632, 2048);
-        let bytes = weight_bytes(dtype, rows, cols);
-        let gate = upload(&ctx, dtype, rows, cols, &bytes);
-        let up = upload(&ctx, dtype, rows, cols, &bytes);
-        for (wg, rpw) in [(256, 4), (128, 2)] {
-            ops.set_product_shape(wg, rpw);
-            let d = ops
-                .matvec_multi(
-                    &[&gate, &up],
-                    Region::new(&x, 0, cols as u32),
-                    &[&y],
-                    Multi::Glu(Eltwise::SwiGlu),
-                    Some(norm),
-                    &[],
-                )
-                .expect("glu product");
-            let name = format!(
-                "{} gate/up {rows}x{cols} norm wg {wg} rows {rpw}",
-                dtype.name()
-            );
-            time_dispatch(c, &ctx, &name, &d);
-        }
+    // The same weight bytes as one plain product of twice the rows, with and without the norm.
+    let (rows, cols) = (5632, 2048);
+    let bytes = weight_bytes(DType::Q4_0, rows, cols);
+    let gate = upload(&ctx, DType::Q4_0, rows, cols, &bytes);
+    let up = upload(&ctx, DType::Q4_0, rows, cols, &bytes);
+    let both = upload(
+        &ctx,
+        DType::Q4_0,
+        2 * rows,
+        cols,
+        &[bytes.clone(), bytes].concat(),
+    );
+    ops.set_product_shape(256, 4);
+    for with_norm in [true, false] {
+        let fold = with_norm.then_some(norm);
+        let d = ops
+            .matvec_multi(
+                &[&gate, &up],
+                Region::new(&x, 0, cols as u32),
+                &[&y],
+                Multi::Glu(Eltwise::SwiGlu),
+                fold,
+                &[],
+            )
+            .expect("glu product");
+        let name = format!("Q4_0 gate/up {rows}x{cols} norm {with_norm}");
+        time_dispatch(c, &ctx, &name, &d);
+        ops.set_rows_per_lane(2);
+        let d = ops
+            .matvec(
+                &both,
+                &MatSel::whole(&both),
+                Region::new(&x, 0, cols as u32),
+                Region::new(&y, 0, 2 * rows as u32),
+                1,
+                None,
+                None,
+                Folds {
+                    norm: fold,
+                    ..Default::default()
+                },
+            )
+            .expect("matvec");
+        let name = format!("Q4_0 {}x{cols} rows per lane 2 norm {with_norm}", 2 * rows);
+        time_dispatch(c, &ctx, &name, &d[0]);
     }
 }
 
 /// Plain decode product shapes measured: (workgroup size, lane groups per workgroup, rows per
 /// lane).
-const SHAPES: [(u32, u32, u32); 6] = [
-    (256, 4, 1),
-    (256, 4, 2),
-    (256, 4, 3),
-    (128, 2, 2),
-    (128, 4, 2),
-    (256, 8, 2),
-];
+const SHAPES: [(u32, u32, u32); 3] = [(256, 4, 1), (256, 4, 2), (256, 4, 3)];
 
 fn upload(ctx: &GpuContext, dtype: DType, rows: usize, cols: usize, bytes: &[u8]) -> GpuWeight {
     let view = TensorView {
