@@ -394,7 +394,11 @@ fn check_matmul(
         Kernel::Coop => true,
         Kernel::Chosen => ops.ctx.caps.matrix_cores,
     };
-    let tol = if on_matrix_cores { TOL_F16_INPUTS } else { 2e-5 };
+    let tol = if on_matrix_cores {
+        TOL_F16_INPUTS
+    } else {
+        2e-5
+    };
     assert_dots_close(&label, &got, &want, &mag, tol);
 }
 
@@ -688,7 +692,10 @@ fn grouped_expert_matmul_matches_the_cpu() {
         for (limit, matrix_cores) in limits.into_iter().flat_map(|l| [(l, false), (l, true)]) {
             let mut ctx = GpuContext::new(&Default::default()).unwrap();
             if matrix_cores && !ctx.caps.matrix_cores {
-                eprintln!("SKIPPED: expert products on matrix cores ({})", ctx.describe());
+                eprintln!(
+                    "SKIPPED: expert products on matrix cores ({})",
+                    ctx.describe()
+                );
                 continue;
             }
             ctx.caps.matrix_cores = matrix_cores;

@@ -274,8 +274,8 @@ mod tests {
     /// and experts: CI's lavapipe has no matrix cores, so this is where CI sees the kernel.
     #[test]
     fn matrix_core_kernel_compiles_for_every_decoder() {
-        use wgpu::naga;
         use naga::valid::{Capabilities, ValidationFlags, Validator};
+        use wgpu::naga;
         let caps = Capabilities::COOPERATIVE_MATRIX
             | Capabilities::SHADER_FLOAT16
             | Capabilities::SHADER_FLOAT16_IN_FLOAT32
