@@ -117,8 +117,9 @@ impl GpuContext {
             label: Some("minerva"),
             required_features: features,
             required_limits: limits.clone(),
-            // SAFETY: the only experimental feature requested is cooperative matrices, used
-            // by one kernel (matmul_coop.wgsl) that its tests check against the CPU.
+            // SAFETY: wgpu's experimental features may still have bugs. The only one requested,
+            // cooperative matrices, serves one kernel (matmul_coop.wgsl), which its tests check
+            // against the CPU and users can turn off (`matmul_f32`, MINERVA_GPU_MATRIX_CORES=0).
             experimental_features: if matrix_cores {
                 unsafe { wgpu::ExperimentalFeatures::enabled() }
             } else {
