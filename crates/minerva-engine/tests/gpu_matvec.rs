@@ -294,7 +294,7 @@ fn check_weight(ops: &Ops, view: &TensorView, w_ref: &[f32], want_parts: Option<
     // Prefill matmul with every tile, at token counts below, at and past the tiles' sizes.
     for tile in MatmulTile::ALL {
         for tokens in [1, 3, 33, 65, 100] {
-            check_matmul(ops, &w, w_ref, tokens, Kernel::Tile(tile), None, &mut rng);
+            check_matmul(ops, &w, w_ref, tokens, tile, None, &mut rng);
         }
     }
 
@@ -316,29 +316,14 @@ fn check_weight(ops: &Ops, view: &TensorView, w_ref: &[f32], want_parts: Option<
     assert_close(&format!("{name} embedding"), &got, &want, 1e-6);
 }
 
-/// Which prefill kernel `check_matmul` runs.
-#[derive(Debug, Clone, Copy)]
-enum Kernel {
-    /// The f32 tiles.
-    Tile(MatmulTile),
-    /// Matrix cores (`Ops::matmul_coop`).
-    Coop,
-    /// The kernel `Ops::matmul` chooses.
-    Chosen,
-}
-
-/// Tolerance of products of f16-rounded weights and inputs (each term off by ≤ 2^-10 of itself).
-const TOL_F16_INPUTS: f32 = 2e-3;
-
 /// Checks a prefill matmul of `tokens` rows of x (from offset 5, 3 values of padding per row)
-/// into y (from offset 1, 2 values of padding per row), with an optional bias, against the CPU:
-/// to 2e-5 of the terms' magnitude, or `TOL_F16_INPUTS` on matrix cores.
+/// into y (from offset 1, 2 values of padding per row), with an optional bias, against the CPU.
 fn check_matmul(
     ops: &Ops,
     w: &GpuWeight,
     w_ref: &[f32],
     tokens: usize,
-    kernel: Kernel,
+    tile: MatmulTile,
     bias: Option<&[f32]>,
     rng: &mut Rng,
 ) {
@@ -357,22 +342,21 @@ fn check_matmul(
         padded.extend_from_slice(b);
         ctx.storage_with("bias", &padded)
     });
-    let (xr, yr) = (
-        Region::new(&xbuf, 5, xs as u32),
-        Region::new(&ybuf, 1, ys as u32),
-    );
-    let b = bbuf.as_ref().map(|buf| Bias {
-        buf,
-        offset: 2,
-        expert_stride: 0,
-    });
-    let (sel, n) = (MatSel::whole(w), tokens as u32);
-    let d = match kernel {
-        Kernel::Tile(tile) => ops.matmul_tiled(w, &sel, xr, yr, n, b, tile),
-        Kernel::Coop => ops.matmul_coop(w, &sel, xr, yr, n, b),
-        Kernel::Chosen => ops.matmul(w, &sel, xr, yr, n, b),
-    }
-    .unwrap();
+    let d = ops
+        .matmul_tiled(
+            w,
+            &MatSel::whole(w),
+            Region::new(&xbuf, 5, xs as u32),
+            Region::new(&ybuf, 1, ys as u32),
+            tokens as u32,
+            bbuf.as_ref().map(|buf| Bias {
+                buf,
+                offset: 2,
+                expert_stride: 0,
+            }),
+            tile,
+        )
+        .unwrap();
     ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
     let (mut want, mag) = cpu_matmul(w_ref, &x, rows, cols, tokens);
     if let Some(b) = bias {
@@ -385,21 +369,11 @@ fn check_matmul(
         .flat_map(|t| got[1 + t * ys..1 + t * ys + rows].to_vec())
         .collect();
     let label = format!(
-        "{} matmul {kernel:?}, {rows} × {cols}, {tokens} tokens, bias {}",
+        "{} matmul {tile:?} tile, {tokens} tokens, bias {}",
         w.dtype.name(),
         bias.is_some()
     );
-    let on_matrix_cores = match kernel {
-        Kernel::Tile(_) => false,
-        Kernel::Coop => true,
-        Kernel::Chosen => ops.ctx.caps.matrix_cores,
-    };
-    let tol = if on_matrix_cores {
-        TOL_F16_INPUTS
-    } else {
-        2e-5
-    };
-    assert_dots_close(&label, &got, &want, &mag, tol);
+    assert_dots_close(&label, &got, &want, &mag, 2e-5);
 }
 
 #[test]
@@ -440,42 +414,7 @@ fn matmul_adds_the_bias_with_every_tile() {
         let bias = rng.vec(37);
         for tile in MatmulTile::ALL {
             for tokens in [2, 17, 70] {
-                let kernel = Kernel::Tile(tile);
-                check_matmul(&ops, &w, &w_ref, tokens, kernel, Some(&bias), &mut rng);
-            }
-        }
-    }
-}
-
-/// The prefill product on matrix cores for every dtype: rows past a 64-row tile, one token, a
-/// partial 16-token block and a partial second token tile, rows shorter than one K step and of
-/// 2048 values, with and without a bias. Where the adapter has no matrix cores (lavapipe), the
-/// kernel `Ops::matmul` chooses runs instead, after a loud SKIPPED line.
-#[test]
-fn matrix_core_matmul_matches_the_cpu() {
-    let Some(ctx) = shared() else { return };
-    let kernel = if ctx.caps.matrix_cores {
-        Kernel::Coop
-    } else {
-        eprintln!(
-            "SKIPPED: {} has no matrix cores (or MINERVA_GPU_MATRIX_CORES=0); checking the \
-             f32 kernels instead",
-            ctx.describe()
-        );
-        Kernel::Chosen
-    };
-    let ops = Ops::new(ctx.clone());
-    let mut rng = Rng::new(9);
-    let rows = 100;
-    for (dtype, base_cols) in all_dtypes() {
-        for cols in [base_cols, 2048] {
-            let s = make(dtype, rows, cols, &mut rng);
-            let Some(w_ref) = s.reference() else { continue };
-            let w = GpuWeight::upload(&ctx, &s.view(vec![rows, cols]), 1).unwrap();
-            let bias = rng.vec(rows);
-            for (tokens, with_bias) in [(1, true), (17, false), (100, true)] {
-                let b = with_bias.then_some(&bias[..]);
-                check_matmul(&ops, &w, &w_ref, tokens, kernel, b, &mut rng);
+                check_matmul(&ops, &w, &w_ref, tokens, tile, Some(&bias), &mut rng);
             }
         }
     }
@@ -663,8 +602,7 @@ fn check_groups(ids: &[u32], order: &[u32], tiles: &[u32], tile_tokens: u32) {
 /// tiled kernel over each expert's items, against the CPU item by item: 1, 3, 37 and 130 tokens,
 /// every token picking one expert, an expert nobody picks, experts split across parts, expert
 /// biases, an interleaved (gate_up-style) view over 71 outputs, and gate/up-style (item reads
-/// token i / k) and down-style (item reads row i) inputs; with the f32 tiles, and on matrix
-/// cores where the adapter has them.
+/// token i / k) and down-style (item reads row i) inputs.
 #[test]
 fn grouped_expert_matmul_matches_the_cpu() {
     if device().is_none() {
@@ -692,18 +630,8 @@ fn grouped_expert_matmul_matches_the_cpu() {
             .max()
             .unwrap();
         // Whole experts per part: a limit of 2 experts' rows splits 5 experts into 3 parts.
-        let limits = [None, Some(2 * stored * widest + 4)];
-        for (limit, matrix_cores) in limits.into_iter().flat_map(|l| [(l, false), (l, true)]) {
+        for limit in [None, Some(2 * stored * widest + 4)] {
             let mut ctx = GpuContext::new(&Default::default()).unwrap();
-            if matrix_cores && !ctx.caps.matrix_cores {
-                eprintln!(
-                    "SKIPPED: expert products on matrix cores ({})",
-                    ctx.describe()
-                );
-                continue;
-            }
-            ctx.caps.matrix_cores = matrix_cores;
-            let tol = if matrix_cores { TOL_F16_INPUTS } else { 2e-5 };
             if let Some(l) = limit {
                 ctx.caps.max_binding = l as u64;
             }
@@ -769,15 +697,14 @@ fn grouped_expert_matmul_matches_the_cpu() {
                         }
                         assert_dots_close(
                             &format!(
-                                "{} {tokens} tokens, x_div {x_div}, parts {}, item {i}, \
-                                 matrix cores {matrix_cores}",
+                                "{} {tokens} tokens, x_div {x_div}, parts {}, item {i}",
                                 dtype.name(),
                                 w.parts.len()
                             ),
                             &got[i * rows..(i + 1) * rows],
                             &want,
                             &mag,
-                            tol,
+                            2e-5,
                         );
                     }
                 }

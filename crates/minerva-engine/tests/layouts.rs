@@ -65,7 +65,6 @@ fn logits_of(tensors: &Tensors, config: &serde_json::Value, ids: &[u32]) -> Vec<
     let cpu = run(Box::new(CpuBackend::new()));
     match GpuBackend::new(&GpuOptions {
         kv_f32: true,
-        matmul_f32: true,
         ..Default::default()
     }) {
         Ok(gpu) => assert_close(&run(Box::new(gpu)), &cpu, "GPU against CPU"),

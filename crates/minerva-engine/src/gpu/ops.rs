@@ -165,29 +165,6 @@ impl MatmulTile {
     }
 }
 
-/// The kernel of a prefill product: f32 tiles (`matmul.wgsl`), or matrix cores with f16 inputs
-/// and f32 accumulation (`matmul_coop.wgsl`, 64 rows × 64 tokens per workgroup).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MatmulKernel {
-    Tiled(MatmulTile),
-    Coop,
-}
-
-/// Fewest tokens a dense product runs on matrix cores for: with fewer, most of each 64-token
-/// tile is empty and the grid is one workgroup per 64 rows, while the f32 tiles spread such
-/// products over several times more workgroups.
-const COOP_MIN_TOKENS: u32 = 32;
-
-impl MatmulKernel {
-    /// (tile rows, tile tokens).
-    fn tile(self) -> (u32, u32) {
-        match self {
-            MatmulKernel::Tiled(t) => (t.shape().0, t.shape().1),
-            MatmulKernel::Coop => (64, 64),
-        }
-    }
-}
-
 /// An f32 bias: the buffer, the element offset of output 0, and (experts) values per expert.
 #[derive(Clone, Copy)]
 pub struct Bias<'a> {
@@ -790,9 +767,6 @@ impl Ops {
             for tile in MatmulTile::ALL {
                 jobs.push(single("matmul.wgsl", tile.defines(dec.clone())));
             }
-            if self.ctx.caps.matrix_cores {
-                jobs.push(single("matmul_coop.wgsl", dec.clone()));
-            }
             jobs.push(single("embed.wgsl", dec.clone()));
         }
         if decoders.is_empty() {
@@ -1050,12 +1024,8 @@ impl Ops {
         tokens: u32,
         bias: Option<Bias>,
     ) -> GpuResult<Vec<Dispatch>> {
-        let kernel = if self.ctx.caps.matrix_cores && tokens >= COOP_MIN_TOKENS {
-            MatmulKernel::Coop
-        } else {
-            MatmulKernel::Tiled(MatmulTile::pick(sel.out_dim as u32, tokens))
-        };
-        self.tiled(w, sel, x, y, tokens, bias, kernel, None)
+        let tile = MatmulTile::pick(sel.out_dim as u32, tokens);
+        self.tiled(w, sel, x, y, tokens, bias, tile, None)
     }
 
     /// `matmul` with a given tile.
@@ -1070,26 +1040,12 @@ impl Ops {
         bias: Option<Bias>,
         tile: MatmulTile,
     ) -> GpuResult<Vec<Dispatch>> {
-        self.tiled(w, sel, x, y, tokens, bias, MatmulKernel::Tiled(tile), None)
-    }
-
-    /// `matmul` on matrix cores whatever the token count; an error where
-    /// `Capabilities::matrix_cores` does not hold.
-    pub fn matmul_coop(
-        &self,
-        w: &GpuWeight,
-        sel: &MatSel,
-        x: Region,
-        y: Region,
-        tokens: u32,
-        bias: Option<Bias>,
-    ) -> GpuResult<Vec<Dispatch>> {
-        self.tiled(w, sel, x, y, tokens, bias, MatmulKernel::Coop, None)
+        self.tiled(w, sel, x, y, tokens, bias, tile, None)
     }
 
     /// y[i] = W_{e(i)} · x[i / x_div] (+ the expert's bias) for the items grouped by expert in
-    /// `experts` (`moe_group`): the prefill kernel, each tile over one expert's items (at most
-    /// `MATMUL_TOKENS`: the mid tile, or matrix cores, whose tiles hold more).
+    /// `experts` (`moe_group`): the tiled prefill kernel, each tile over one expert's items (the
+    /// mid tile, whose token count the grouping uses).
     pub fn matmul_experts(
         &self,
         w: &GpuWeight,
@@ -1105,12 +1061,7 @@ impl Ops {
                 reason: format!("{} expert tiles in one dispatch", experts.max_tiles),
             });
         }
-        let kernel = if self.ctx.caps.matrix_cores {
-            MatmulKernel::Coop
-        } else {
-            MatmulKernel::Tiled(MatmulTile::Mid)
-        };
-        self.tiled(w, sel, x, y, 0, bias, kernel, Some(experts))
+        self.tiled(w, sel, x, y, 0, bias, MatmulTile::Mid, Some(experts))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1122,40 +1073,27 @@ impl Ops {
         y: Region,
         tokens: u32,
         bias: Option<Bias>,
-        kernel: MatmulKernel,
+        tile: MatmulTile,
         experts: Option<ExpertTiles>,
     ) -> GpuResult<Vec<Dispatch>> {
         w.check_sel(sel)?;
-        let caps = self.ctx.caps;
-        let unsupported = |reason: String| GpuError::Unsupported {
-            tensor: "prefill product".into(),
-            reason,
-        };
-        let (file, mut d) = match kernel {
-            MatmulKernel::Tiled(tile) => {
-                if caps.max_workgroup_storage < MATMUL_WORKGROUP_BYTES {
-                    return Err(unsupported(format!(
-                        "the adapter offers {} bytes of workgroup memory, the tiles need {}",
-                        caps.max_workgroup_storage, MATMUL_WORKGROUP_BYTES
-                    )));
-                }
-                ("matmul.wgsl", tile.defines(self.weight_defines(w, sel)))
-            }
-            MatmulKernel::Coop => {
-                if !caps.matrix_cores {
-                    return Err(unsupported("matrix cores are off or not offered".into()));
-                }
-                ("matmul_coop.wgsl", self.weight_defines(w, sel))
-            }
-        };
+        if self.ctx.caps.max_workgroup_storage < MATMUL_WORKGROUP_BYTES {
+            return Err(GpuError::Unsupported {
+                tensor: "prefill product".into(),
+                reason: format!(
+                    "the adapter offers {} bytes of workgroup memory, the tiles need {}",
+                    self.ctx.caps.max_workgroup_storage, MATMUL_WORKGROUP_BYTES
+                ),
+            });
+        }
+        let mut d = tile.defines(self.weight_defines(w, sel));
         if bias.is_some() {
             d.insert("BIAS".into(), String::new());
         }
         if experts.is_some() {
             d.insert("EXPERTS".into(), String::new());
         }
-        let pipe = self.pipeline(file, &d, "main")?;
-        let (tile_rows, tile_tokens) = kernel.tile();
+        let pipe = self.pipeline("matmul.wgsl", &d, "main")?;
         let mrows = w.matrix_rows(sel.input_major);
         // Stored rows per matrix (parts hold whole matrices when used with experts).
         let stored = if sel.input_major { sel.in_dim } else { mrows }.max(1);
@@ -1200,8 +1138,8 @@ impl Ops {
                 entries.push((7, b.buf));
             }
             let grid = match experts {
-                Some(e) => [rows.div_ceil(tile_rows), e.max_tiles, 1],
-                None => [rows.div_ceil(tile_rows), tokens.div_ceil(tile_tokens), 1],
+                Some(e) => [rows.div_ceil(tile.shape().0), e.max_tiles, 1],
+                None => tile.grid(rows, tokens),
             };
             out.push(self.dispatch(pipe.clone(), &entries, grid));
         }

@@ -23,7 +23,6 @@ const SOURCES: &[(&str, &str)] = &[
     ("unit.wgsl", include_str!("kernels/unit.wgsl")),
     ("product.wgsl", include_str!("kernels/product.wgsl")),
     ("matmul.wgsl", include_str!("kernels/matmul.wgsl")),
-    ("matmul_coop.wgsl", include_str!("kernels/matmul_coop.wgsl")),
     (
         "matmul_tiles.wgsl",
         include_str!("kernels/matmul_tiles.wgsl"),
@@ -228,78 +227,6 @@ mod tests {
                 ("DT_F32", String::new()),
             ]);
             compose(name, &d).unwrap_or_else(|e| panic!("{e}"));
-        }
-    }
-
-    /// Every decoder's defines, as `GpuWeight::decoder` gives them, plus an input-major one.
-    fn every_decoder() -> Vec<Defines> {
-        use crate::gpu::weights::decoder_defines;
-        use minerva_formats::DType;
-        let mut out: Vec<Defines> = [
-            DType::F32,
-            DType::F16,
-            DType::BF16,
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q5_0,
-            DType::Q5_1,
-            DType::Q8_0,
-            DType::MXFP4,
-            DType::Q2_K,
-            DType::Q3_K,
-            DType::Q4_K,
-            DType::Q5_K,
-            DType::Q6_K,
-            DType::MlxMxfp4,
-            DType::HfMxfp4,
-        ]
-        .into_iter()
-        .filter_map(|dt| decoder_defines(dt, None))
-        .collect();
-        for bits in [2, 3, 4, 5, 6, 8] {
-            for scale in [DType::F16, DType::BF16, DType::F32] {
-                let dt = DType::MlxAffine { bits, group: 64 };
-                out.extend(decoder_defines(dt, Some(scale)));
-            }
-        }
-        let mut input_major = decoder_defines(DType::BF16, None).unwrap();
-        input_major.insert("INPUT_MAJOR".into(), String::new());
-        input_major.insert("IN_STRIDE".into(), "71u".into());
-        out.push(input_major);
-        out
-    }
-
-    /// The matrix-core product parses, validates (cooperative matrices, f16, subgroups) and
-    /// translates to SPIR-V as wgpu does on Vulkan, for every decoder, with and without a bias
-    /// and experts: CI's lavapipe has no matrix cores, so this is where CI sees the kernel.
-    #[test]
-    fn matrix_core_kernel_compiles_for_every_decoder() {
-        use naga::valid::{Capabilities, ValidationFlags, Validator};
-        use wgpu::naga;
-        let caps = Capabilities::COOPERATIVE_MATRIX
-            | Capabilities::SHADER_FLOAT16
-            | Capabilities::SHADER_FLOAT16_IN_FLOAT32
-            | Capabilities::SUBGROUP;
-        let decoders = every_decoder();
-        assert_eq!(decoders.len(), 16 + 18 + 1);
-        for dec in decoders {
-            for extra in [&[][..], &["BIAS"], &["EXPERTS"], &["BIAS", "EXPERTS"]] {
-                let mut d = dec.clone();
-                d.extend(extra.iter().map(|k| (k.to_string(), String::new())));
-                let src = compose("matmul_coop.wgsl", &d).unwrap_or_else(|e| panic!("{e}"));
-                let module = naga::front::wgsl::parse_str(&src)
-                    .unwrap_or_else(|e| panic!("{d:?}: {}", e.emit_to_string(&src)));
-                let info = Validator::new(ValidationFlags::all(), caps)
-                    .validate(&module)
-                    .unwrap_or_else(|e| panic!("{d:?}: {}", e.emit_to_string(&src)));
-                let entry = naga::back::spv::PipelineOptions {
-                    shader_stage: naga::ShaderStage::Compute,
-                    entry_point: "main".into(),
-                };
-                let options = naga::back::spv::Options::default();
-                naga::back::spv::write_vec(&module, &info, &options, Some(&entry))
-                    .unwrap_or_else(|e| panic!("{d:?}: SPIR-V: {e}"));
-            }
         }
     }
 

@@ -5,11 +5,37 @@
 // columns of the tile's tokens; then each thread accumulates THREAD_ROWS × THREAD_TOKENS outputs
 // from vec4 reads along k (THREAD_ROWS + THREAD_TOKENS loads for 4 · THREAD_ROWS · THREAD_TOKENS
 // FMAs). Tile defines come from ops.rs (`MatmulTile`); every tile has 8 row groups × 16 token
-// groups of threads, and 1024 vec4s of weights and of x per step (32 KiB). Parameters, bindings,
-// and which tokens, weight rows and outputs a tile covers: matmul_tiles.wgsl (with EXPERTS, one
-// expert's items in mixture-of-experts prefill).
+// groups of threads, and 1024 vec4s of weights and of x per step (32 KiB). Which tokens, weight
+// rows and outputs a tile covers: matmul_tiles.wgsl (with EXPERTS, one expert's items in
+// mixture-of-experts prefill).
 #include "common.wgsl"
 #include DECODER
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    tokens: u32,
+    x_offset: u32,
+    x_stride: u32,
+    y_offset: u32,
+    y_stride: u32,
+    bias_offset: u32,
+    row_base: u32,      // output r reads stored row row_base + r · row_stride of the part
+    row_stride: u32,
+    matrix_rows: u32,   // EXPERTS: stored rows per expert matrix
+    bias_stride: u32,   // EXPERTS: bias values per expert
+    expert_first: u32,  // EXPERTS: experts [expert_first, expert_first + expert_count) are in
+    expert_count: u32,  // this part
+    x_div: u32,         // EXPERTS: item i reads x row i / x_div
+    _pad: u32,
+}
+
+@group(0) @binding(3) var<storage, read> x: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<uniform> p: Params;
+#ifdef BIAS
+@group(0) @binding(7) var<storage, read> bias: array<f32>;
+#endif
 
 const WG: u32 = 128u;
 const TT: u32 = TILE_TOKENS;

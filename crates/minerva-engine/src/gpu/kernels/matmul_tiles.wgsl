@@ -1,36 +1,10 @@
-// What the prefill products (matmul.wgsl, matmul_coop.wgsl; each defines TT, the tokens of a
-// tile) share: parameters and bindings, where their tiles take their tokens, weight rows and
-// biases, and where their outputs go. Plain: tile y covers tokens y·TT.. of the prompt. With
-// EXPERTS (mixture-of-experts prefill) a tile covers up to TT (token, slot) items of one expert,
-// grouped by moe.wgsl's `group`: tile y is tiles[y], its items' x rows are gathered through
-// `order`, the weight rows come from the expert's matrix, and each item's output goes to its own
-// row; tiles of experts in another part of the weight, and empty tiles, exit at once.
-
-struct Params {
-    rows: u32,
-    cols: u32,
-    tokens: u32,
-    x_offset: u32,
-    x_stride: u32,
-    y_offset: u32,
-    y_stride: u32,
-    bias_offset: u32,
-    row_base: u32,      // output r reads stored row row_base + r · row_stride of the part
-    row_stride: u32,
-    matrix_rows: u32,   // EXPERTS: stored rows per expert matrix
-    bias_stride: u32,   // EXPERTS: bias values per expert
-    expert_first: u32,  // EXPERTS: experts [expert_first, expert_first + expert_count) are in
-    expert_count: u32,  // this part
-    x_div: u32,         // EXPERTS: item i reads x row i / x_div
-    _pad: u32,
-}
-
-@group(0) @binding(3) var<storage, read> x: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-@group(0) @binding(5) var<uniform> p: Params;
-#ifdef BIAS
-@group(0) @binding(7) var<storage, read> bias: array<f32>;
-#endif
+// Where the tiles of the prefill product (matmul.wgsl, which defines Params `p` and TT) take
+// their tokens, weight rows and biases, and where their outputs go. Plain: tile y covers tokens
+// y·TT.. of the prompt. With EXPERTS (mixture-of-experts prefill) a tile covers up to TT
+// (token, slot) items of one expert, grouped by moe.wgsl's `group`: tile y is tiles[y], its
+// items' x rows are gathered through `order`, the weight rows come from the expert's matrix, and
+// each item's output goes to its own row; tiles of experts in another part of the weight, and
+// empty tiles, exit at once.
 
 #ifdef EXPERTS
 @group(0) @binding(6) var<storage, read> order: array<u32>;
