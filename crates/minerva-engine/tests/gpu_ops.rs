@@ -670,8 +670,8 @@ fn prefill_attention_in_tiles() {
 #[test]
 fn decode_attention_spreads_many_blocks_over_its_splits() {
     let Some(ctx) = shared() else { return };
-    // A window of 2100 keys: 66 blocks of 32 over 64 splits, two of them taking two blocks;
-    // the cache (window + 1) wraps while decoding.
+    // A window of 2100 keys over 64 splits (one per 32 keys it may hold), the keys shared
+    // evenly; the cache (window + 1) wraps while decoding.
     let shape = AttnShape {
         heads: 2,
         kv_heads: 1,
@@ -695,6 +695,101 @@ fn decode_attention_spreads_many_blocks_over_its_splits() {
             mscale: 1.0,
         }),
     );
+}
+
+/// An attention shape for the decode tests.
+fn attn_shape(heads: u32, kv_heads: u32, head_dim: u32, cache_len: u32, window: u32) -> AttnShape {
+    AttnShape {
+        heads,
+        kv_heads,
+        head_dim,
+        cache_len,
+        window,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+    }
+}
+
+/// The device, and the same device with its kernels built without subgroup operations (the
+/// fallback of adapters that have none).
+fn with_and_without_subgroups() -> Vec<Arc<GpuContext>> {
+    let Some(ctx) = device() else {
+        return Vec::new();
+    };
+    let mut plain = device().expect("the device opened once already");
+    plain.caps.subgroups = false;
+    vec![Arc::new(ctx), Arc::new(plain)]
+}
+
+#[test]
+fn decode_attention_from_one_key() {
+    // Every step a single query from the first key on: 1 to 45 keys, never a whole number of
+    // passes of 256 / 128 / 64 / 32 keys (1, 2, 3 and 8 query heads per KV head; 3 pads to 4).
+    let sinks = |n: u32| Some((0..n).map(|h| 0.7 - 0.4 * h as f32).collect::<Vec<f32>>());
+    let gq1 = attn_shape(3, 3, 16, 70, 0);
+    assert!(gq1.one_pass(1));
+    for ctx in with_and_without_subgroups() {
+        attention_case(&ctx, gq1, false, None, 45, 1, 1, None);
+        attention_case(
+            &ctx,
+            attn_shape(4, 2, 24, 50, 0),
+            true,
+            sinks(4),
+            45,
+            1,
+            1,
+            None,
+        );
+        attention_case(
+            &ctx,
+            attn_shape(6, 2, 32, 50, 0),
+            true,
+            None,
+            45,
+            1,
+            1,
+            None,
+        );
+        attention_case(
+            &ctx,
+            attn_shape(16, 2, 64, 60, 0),
+            false,
+            sinks(16),
+            45,
+            1,
+            1,
+            None,
+        );
+    }
+}
+
+#[test]
+fn decode_attention_over_thousands_of_keys() {
+    let Some(ctx) = shared() else { return };
+    // 2,998 to 3,000 keys: 64 splits of 46 or 47 keys, each a whole pass of 32 and a partial one.
+    let tiny = attn_shape(8, 1, 64, 3100, 0);
+    assert_eq!(tiny.splits(1), 64);
+    attention_case(&ctx, tiny, true, None, 3000, 2997, 1, None);
+    // A window of 2,500 over a cache of 2,501 that wraps, sinks, head_dim 128, f32 cache.
+    let wide = attn_shape(4, 1, 128, 2501, 2500);
+    let sinks = Some(vec![0.5, -0.5, 1.5, 0.0]);
+    attention_case(&ctx, wide, false, sinks, 2600, 2400, 1, None);
+}
+
+#[test]
+fn decode_attention_window_and_sinks_in_a_ring() {
+    // gpt-oss's sliding layers: 8 query heads per KV head of 64 values, a window of 100 keys
+    // over a cache of 101 that wraps while decoding, sinks; both cache types; 64 query heads
+    // on one KV head (4 keys a pass).
+    let shape = attn_shape(16, 2, 64, 101, 100);
+    let sinks: Vec<f32> = (0..16).map(|h| h as f32 * 0.25 - 2.0).collect();
+    for ctx in with_and_without_subgroups() {
+        for f16 in [true, false] {
+            attention_case(&ctx, shape, f16, Some(sinks.clone()), 230, 90, 1, None);
+        }
+        let many = attn_shape(64, 1, 16, 41, 40);
+        let sinks64: Vec<f32> = (0..64).map(|h| 1.0 - h as f32 * 0.05).collect();
+        attention_case(&ctx, many, true, Some(sinks64), 70, 20, 1, None);
+    }
 }
 
 #[test]

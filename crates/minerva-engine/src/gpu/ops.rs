@@ -474,13 +474,17 @@ pub fn moe_max_tiles(items: u32, experts: u32) -> u32 {
 /// Keys per chunk of the split-K attention kernel (CHUNK in attention.wgsl).
 pub const ATTN_CHUNK: u32 = 256;
 
-/// The single-query attention kernel (`decode` in attention.wgsl): splits take whole blocks of
-/// DECODE_BLOCK keys; at most DECODE_SPLITS splits per KV head; the query heads of one KV head
-/// hold at most DECODE_QMAX values, DECODE_GMAX heads.
+/// The single-query attention kernel (`decode` in attention.wgsl): at most DECODE_SPLITS splits
+/// per KV head (SMAX), one per DECODE_BLOCK keys the layer may hold, and DECODE_COEFS weights
+/// (query head, split) in its merge; query heads per KV head rounded up to a power of two times
+/// head_dim at most DECODE_QMAX (each thread holds one value unit), head_dim at most
+/// DECODE_DMAX (a thread holds a key's row) and a multiple of 8.
 const DECODE_BLOCK: u32 = 32;
 const DECODE_SPLITS: u32 = 64;
+const DECODE_COEFS: u32 = 2048;
 const DECODE_QMAX: u32 = 2048;
 const DECODE_GMAX: u32 = 64;
+const DECODE_DMAX: u32 = 256;
 /// Prefill attention in tiles (`attend_tiled`): TILE_ROWS (query, query head) rows per
 /// workgroup, head_dim at most TILE_DMAX (its workgroup memory holds the rows and a block of
 /// keys of that size).
@@ -537,8 +541,17 @@ impl AttnShape {
     /// Whether `tokens` queries run as one dispatch (`decode`): a single query, with the query
     /// heads of a KV head fitting its workgroup memory.
     pub fn one_pass(&self, tokens: u32) -> bool {
-        let group = self.heads / self.kv_heads.max(1);
-        tokens == 1 && group <= DECODE_GMAX && group * self.head_dim <= DECODE_QMAX
+        let group = self.group().next_power_of_two();
+        tokens == 1
+            && group <= DECODE_GMAX
+            && group * self.head_dim <= DECODE_QMAX
+            && self.head_dim <= DECODE_DMAX
+            && self.head_dim.is_multiple_of(8)
+    }
+
+    /// Query heads per KV head.
+    fn group(&self) -> u32 {
+        self.heads / self.kv_heads.max(1)
     }
 
     /// Whether `tokens` queries run as one `attend_tiled` dispatch: several queries, with
@@ -553,7 +566,8 @@ impl AttnShape {
     /// per KV head, each taking a contiguous share of the key blocks.
     pub fn splits(&self, tokens: u32) -> u32 {
         if self.one_pass(tokens) {
-            return self.keys().div_ceil(DECODE_BLOCK).clamp(1, DECODE_SPLITS);
+            let most = DECODE_SPLITS.min(DECODE_COEFS / self.group().next_power_of_two());
+            return self.keys().div_ceil(DECODE_BLOCK).clamp(1, most);
         }
         let cap = match tokens {
             0 | 1 => 32,
@@ -785,7 +799,6 @@ impl Ops {
                 "rope_write",
                 "attend",
                 "combine",
-                "decode",
                 "attend_tiled",
             ] {
                 jobs.push(("attention.wgsl", kv.clone(), Vec::new(), entry));
@@ -1457,12 +1470,16 @@ impl Ops {
         );
         let with_sinks = self.attn_defines(cache, sinks.is_some());
         if shape.one_pass(tokens) {
-            let decode = self.pipeline("attention.wgsl", &with_sinks, "decode")?;
+            let decode = self.pipeline(
+                "attention.wgsl",
+                &self.decode_defines(shape, with_sinks),
+                "decode",
+            )?;
             let mut entries = vec![
                 (0, &ub),
                 (1, step),
-                (2, &cache.k),
-                (3, &cache.v),
+                (14, &cache.k),
+                (15, &cache.v),
                 (4, q),
                 (6, out),
                 (9, scratch),
@@ -1521,6 +1538,19 @@ impl Ops {
         }
         if sinks {
             d.insert("SINKS".into(), String::new());
+        }
+        d
+    }
+
+    /// The `decode` variant for `shape`: its group and head size, subgroup reductions where the
+    /// adapter has subgroups (any size).
+    fn decode_defines(&self, shape: &AttnShape, mut d: Defines) -> Defines {
+        let group = shape.group();
+        d.insert("DEC_GQ".into(), format!("{group}u"));
+        d.insert("DEC_G2".into(), format!("{}u", group.next_power_of_two()));
+        d.insert("DEC_D8".into(), format!("{}u", shape.head_dim / 8));
+        if self.ctx.caps.subgroups {
+            d.insert("SUBGROUPS".into(), String::new());
         }
         d
     }

@@ -12,7 +12,9 @@
 //               the denominator only.
 //   decode      one query in one dispatch: workgroup (split, KV head) attends all query heads of
 //               that KV head (keys read once for the group) over its share of the keys; the last
-//               workgroup of the KV head to finish merges the splits as combine does.
+//               workgroup of the KV head to finish merges the splits as combine does. Built per
+//               shape (DEC_GQ heads per KV head, DEC_D8 octets per head), head_dim a multiple
+//               of 8.
 //   attend_tiled  several queries (head_dim ≤ TD): workgroup (row tile, KV head) takes TR rows
 //               (query, query head of the KV head) and walks their keys TB at a time, each block
 //               of keys and values staged in workgroup memory once for all TR rows, with a
@@ -314,35 +316,120 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     }
 }
 
+#ifdef DEC_GQ
+// decode, for GQ query heads per KV head (G2: rounded up to a power of two) of D8 octets
+// (8 values) each. Latency, not bandwidth, sets its time, so every thread issues all
+// of a pass's cache loads at once and the work between them has few barriers:
+//   score threads (head lid / RUN, key lid % RUN): RUN = DWG / G2 keys per pass; a thread
+//     holds its key's whole row and dots it with its head's query; max and Σexp per head
+//     reduce over its run of RUN threads;
+//   value threads (subset lid / VU, head, octet) with VU = G2 · D8 units: subset r takes the
+//     pass's keys r, r + R, … (D8 of them) for one octet of one head, loaded with the keys.
+// Splits share the current keys evenly, a pass or more each; the splits a short context
+// leaves idle return at once. The last split of a KV head to finish merges the splits.
 const DWG: u32 = 256u;
-// decode: splits take whole blocks of BLOCK keys; the query heads of one KV head hold at most
-// QMAX values (GMAX heads); SCORES scores fit at once, SCORES / heads keys per pass.
-const BLOCK: u32 = 32u;
-const QMAX: u32 = 2048u;
-const GMAX: u32 = 64u;
-const SCORES: u32 = 1024u;
+const GQ: u32 = DEC_GQ;
+const G2: u32 = DEC_G2;
+const D8: u32 = DEC_D8;
+const RUN: u32 = DWG / G2;
+const VU: u32 = G2 * D8;
+const R: u32 = DWG / VU;
+// Splits per KV head at most (DECODE_SPLITS), and each thread's share of them in the merge.
+const SMAX: u32 = 64u;
+const SPT: u32 = (SMAX + RUN - 1u) / RUN;
+// Merge: outputs per thread, and splits whose values one thread loads at once.
+const OPT: u32 = (GQ * D8 * 8u + DWG - 1u) / DWG;
+const CB: u32 = 32u / OPT;
+// Query rows (2·D8 vec4s) and weight rows (RUN keys) padded by one, so that lanes of different
+// heads reading the same element hit different banks.
+const QS: u32 = 2u * D8 + 1u;
+const PS: u32 = RUN + 1u;
 
-// Query heads with one value of padding each, so that lanes reading the same element of
-// different heads hit different banks.
-var<workgroup> dq: array<f32, 2112>;
-var<workgroup> dsc: array<f32, SCORES>;
+// The caches as octets: one vec4 of f16 pairs, or two vec4 of f32.
+#ifdef KV_F32
+@group(0) @binding(14) var<storage, read> kc8: array<vec4<f32>>;
+@group(0) @binding(15) var<storage, read> vc8: array<vec4<f32>>;
+struct Oct {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+fn k_oct(o: u32) -> Oct {
+    return Oct(kc8[2u * o], kc8[2u * o + 1u]);
+}
+fn v_oct(o: u32) -> Oct {
+    return Oct(vc8[2u * o], vc8[2u * o + 1u]);
+}
+fn lo4(x: Oct) -> vec4<f32> {
+    return x.lo;
+}
+fn hi4(x: Oct) -> vec4<f32> {
+    return x.hi;
+}
+#else
+@group(0) @binding(14) var<storage, read> kc8: array<vec4<u32>>;
+@group(0) @binding(15) var<storage, read> vc8: array<vec4<u32>>;
+struct Oct {
+    w: vec4<u32>,
+}
+fn k_oct(o: u32) -> Oct {
+    return Oct(kc8[o]);
+}
+fn v_oct(o: u32) -> Oct {
+    return Oct(vc8[o]);
+}
+fn lo4(x: Oct) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(x.w.x), unpack2x16float(x.w.y));
+}
+fn hi4(x: Oct) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(x.w.z), unpack2x16float(x.w.w));
+}
+#endif
+
+var<workgroup> dq: array<vec4<f32>, 576>;     // G2 × QS ≤ 2·DWG + 64
+var<workgroup> dw: array<f32, 320>;           // G2 × PS ≤ DWG + 64: the pass's weights
+var<workgroup> dr: array<f32, 64>;            // per head: the pass's rescale of the values
 var<workgroup> dred: array<f32, DWG>;
-var<workgroup> head_m: array<f32, GMAX>;
-var<workgroup> head_l: array<f32, GMAX>;
-var<workgroup> head_r: array<f32, GMAX>;
+var<workgroup> dsum: array<vec4<f32>, 512>;   // per thread: its values' two vec4s
+var<workgroup> coef: array<f32, 2048>;        // merge: weight of (head, split), G2 × splits
 var<workgroup> last_flag: u32;
 
-// Reduces dred over each run of `lanes` threads (lanes a power of two) into its first entry,
-// by max or by sum. Every thread of the workgroup must call it.
-fn reduce_runs(lid: u32, lanes: u32, by_max: bool) {
+// Max (by_max) or sum of v over each aligned run of RUN threads, in every thread of the run.
+// Every thread of the workgroup calls it. With subgroups, lanes first combine across their
+// run's share of the subgroup (any power-of-two size); one value per share then goes through
+// workgroup memory.
+fn run_reduce(v: f32, lid: u32, sg_size: u32, by_max: bool) -> f32 {
     workgroupBarrier();
-    for (var st = lanes / 2u; st > 0u; st >>= 1u) {
-        if (lid % lanes < st) {
+#ifdef SUBGROUPS
+    let share = min(RUN, sg_size);
+    var x = v;
+    for (var mask = 1u; mask < share; mask <<= 1u) {
+        let o = subgroupShuffleXor(x, mask);
+        x = select(x + o, max(x, o), by_max);
+    }
+    if (lid % share == 0u) {
+        dred[lid / share] = x;
+    }
+    workgroupBarrier();
+    let per = RUN / share;
+    let b = lid / RUN * per;
+    var t = dred[b];
+    for (var i = 1u; i < per; i++) {
+        let o = dred[b + i];
+        t = select(t + o, max(t, o), by_max);
+    }
+    return t;
+#else
+    dred[lid] = v;
+    workgroupBarrier();
+    for (var st = RUN / 2u; st > 0u; st >>= 1u) {
+        if (lid % RUN < st) {
             let o = dred[lid + st];
             dred[lid] = select(dred[lid] + o, max(dred[lid], o), by_max);
         }
         workgroupBarrier();
     }
+    return dred[lid / RUN * RUN];
+#endif
 }
 
 fn store_f32(i: u32, v: f32) {
@@ -353,126 +440,136 @@ fn load_f32(i: u32) -> f32 {
     return bitcast<f32>(atomicLoad(&partial[i]));
 }
 
+// Octet index of key position `key`'s row of KV head g.
+fn row_oct(key: u32, g: u32) -> u32 {
+    return ((key % p.cache_len) * p.kv_heads + g) * D8;
+}
+
 @compute @workgroup_size(256)
-fn decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn decode(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+#ifdef SUBGROUPS
+    @builtin(subgroup_size) sg_size: u32,
+#endif
+) {
+#ifndef SUBGROUPS
+    let sg_size = 1u;
+#endif
     let split = wid.x;
     let g = wid.y;
-    let d = p.head_dim;
-    let gq = p.heads / p.kv_heads;
-    let h0 = g * gq;
+    let d = D8 * 8u;
+    let h0 = g * GQ;
     let qp = step.pos0;
     let lo = first_key(qp);
-    let blocks = (qp + 1u - lo + BLOCK - 1u) / BLOCK;
-    let used = min(blocks, p.chunks);
-    // Keys [k0, k1): block `split` while blocks are few, else an even share of whole blocks.
-    var b0 = split;
-    var b1 = split + 1u;
-    if (blocks > p.chunks) {
-        b0 = split * blocks / p.chunks;
-        b1 = (split + 1u) * blocks / p.chunks;
+    let n = qp + 1u - lo;
+    let used = min(p.chunks, (n + RUN - 1u) / RUN);
+    if (split >= used) {
+        return;
     }
-    let k0 = lo + b0 * BLOCK;
-    let k1 = min(lo + b1 * BLOCK, qp + 1u);
-    let qs = d + 1u;
-    for (var i = lid; i < gq * d; i += DWG) {
-        dq[i / d * qs + i % d] = src[p.q_offset + h0 * d + i] * p.scale;
-    }
-    for (var h = lid; h < gq; h += DWG) {
-        head_m[h] = NEG;
-        head_l[h] = 0.0;
-    }
-    // Reductions per head: runs of `lanes` threads, one run per head.
-    let g2 = 1u << (32u - countLeadingZeros(gq - 1u));
-    let lanes = DWG / g2;
-    let rh = lid / lanes;
-    let rl = lid % lanes;
-    // Value units u = lid + DWG·r: value pair u % (d / 2) of head u / (d / 2).
-    let pairs = d / 2u;
-    let units = gq * pairs;
-    var acc: array<vec2<f32>, 4>;
-    let ch = SCORES / gq;
-    for (var c0 = k0; c0 < k1; c0 += ch) {
-        let n = min(ch, k1 - c0);
-        workgroupBarrier();
-        // Scores of (key j, head h), heads innermost: lanes of one key share its loads.
-        for (var it = lid; it < n * gq; it += DWG) {
-            let j = it / gq;
-            let h = it % gq;
-            let base = ((c0 + j) % p.cache_len * p.kv_heads + g) * d;
-            var s = 0.0;
-            for (var i = 0u; i < d; i += 2u) {
-                let kv = k_pair(base + i);
-                s += dq[h * qs + i] * kv.x + dq[h * qs + i + 1u] * kv.y;
-            }
-            dsc[h * ch + j] = s;
+    let k0 = lo + split * n / used;
+    let k1 = lo + (split + 1u) * n / used;
+    for (var e = lid; e < G2 * 2u * D8; e += DWG) {
+        let h = e / (2u * D8);
+        let c = e % (2u * D8);
+        var x = vec4<f32>(0.0);
+        if (h < GQ) {
+            let b = p.q_offset + (h0 + h) * d + 4u * c;
+            x = vec4<f32>(src[b], src[b + 1u], src[b + 2u], src[b + 3u]) * p.scale;
         }
-        workgroupBarrier();
-        var m = NEG;
-        if (rh < gq) {
-            for (var j = rl; j < n; j += lanes) {
-                m = max(m, dsc[rh * ch + j]);
+        dq[h * QS + c] = x;
+    }
+    let sh = lid / RUN;
+    let sj = lid % RUN;
+    let vsub = lid / VU;
+    let vh = lid % VU / D8;
+    let vo = lid % D8;
+    var m_run = NEG;
+    var l_run = 0.0;
+    var acc = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var c0 = k0; c0 < k1; c0 += RUN) {
+        let cnt = min(RUN, k1 - c0);
+        let live = sh < GQ && sj < cnt;
+        var kr: array<Oct, D8>;
+        if (live) {
+            let base = row_oct(c0 + sj, g);
+            for (var o = 0u; o < D8; o++) {
+                kr[o] = k_oct(base + o);
             }
         }
-        dred[lid] = m;
-        reduce_runs(lid, lanes, true);
-        var m_new = NEG;
-        if (rh < gq) {
-            m_new = max(head_m[rh], dred[rh * lanes]);
-        }
-        workgroupBarrier();
-        var l = 0.0;
-        if (rh < gq) {
-            for (var j = rl; j < n; j += lanes) {
-                let e = exp(dsc[rh * ch + j] - m_new);
-                dsc[rh * ch + j] = e;
-                l += e;
-            }
-        }
-        dred[lid] = l;
-        reduce_runs(lid, lanes, false);
-        if (rh < gq && rl == 0u) {
-            let r = exp(head_m[rh] - m_new);
-            head_r[rh] = r;
-            head_l[rh] = head_l[rh] * r + dred[lid];
-            head_m[rh] = m_new;
-        }
-        workgroupBarrier();
-        for (var r = 0u; r < 4u; r++) {
-            let u = lid + DWG * r;
-            if (u < units) {
-                let h = u / pairs;
-                let i = 2u * (u % pairs);
-                var a = acc[r] * head_r[h];
-                for (var j = 0u; j < n; j++) {
-                    let base = ((c0 + j) % p.cache_len * p.kv_heads + g) * d;
-                    a += dsc[h * ch + j] * v_pair(base + i);
+        var vr: array<Oct, D8>;
+        if (vh < GQ) {
+            for (var t = 0u; t < D8; t++) {
+                let j = vsub + R * t;
+                if (j < cnt) {
+                    vr[t] = v_oct(row_oct(c0 + j, g) + vo);
                 }
-                acc[r] = a;
+            }
+        }
+        workgroupBarrier();
+        var s = NEG;
+        if (live) {
+            var dot4 = vec4<f32>(0.0);
+            for (var o = 0u; o < D8; o++) {
+                dot4 += dq[sh * QS + 2u * o] * lo4(kr[o]) + dq[sh * QS + 2u * o + 1u] * hi4(kr[o]);
+            }
+            s = dot4.x + dot4.y + dot4.z + dot4.w;
+        }
+        let m_new = max(m_run, run_reduce(s, lid, sg_size, true));
+        let w = select(0.0, exp(s - m_new), live);
+        let rescale = exp(m_run - m_new);
+        l_run = l_run * rescale + run_reduce(w, lid, sg_size, false);
+        m_run = m_new;
+        if (sh < GQ) {
+            dw[sh * PS + sj] = w;
+            if (sj == 0u) {
+                dr[sh] = rescale;
+            }
+        }
+        workgroupBarrier();
+        if (vh < GQ) {
+            let r = dr[vh];
+            acc[0] *= r;
+            acc[1] *= r;
+            for (var t = 0u; t < D8; t++) {
+                let j = vsub + R * t;
+                if (j < cnt) {
+                    let wj = dw[vh * PS + j];
+                    acc[0] += wj * lo4(vr[t]);
+                    acc[1] += wj * hi4(vr[t]);
+                }
             }
         }
     }
-    // Partial of (KV head g, split, head h): m, l, then d values.
-    let row0 = (g * p.chunks + split) * gq;
-    if (split < used) {
-        for (var h = lid; h < gq; h += DWG) {
-            store_f32((row0 + h) * (d + 2u), head_m[h]);
-            store_f32((row0 + h) * (d + 2u) + 1u, head_l[h]);
+    // Partial of (KV head g, split, head h): m, l, then the d values summed over the subsets.
+    dsum[2u * lid] = acc[0];
+    dsum[2u * lid + 1u] = acc[1];
+    workgroupBarrier();
+    let row0 = (g * p.chunks + split) * GQ;
+    for (var e = lid; e < GQ * 2u * D8; e += DWG) {
+        let h = e / (2u * D8);
+        let q = e % (2u * D8);
+        let unit = h * D8 + q / 2u;
+        var x = vec4<f32>(0.0);
+        for (var r = 0u; r < R; r++) {
+            x += dsum[2u * (r * VU + unit) + q % 2u];
         }
-        for (var r = 0u; r < 4u; r++) {
-            let u = lid + DWG * r;
-            if (u < units) {
-                let b = (row0 + u / pairs) * (d + 2u) + 2u + 2u * (u % pairs);
-                store_f32(b, acc[r].x);
-                store_f32(b + 1u, acc[r].y);
-            }
-        }
+        let b = (row0 + h) * (d + 2u) + 2u + 4u * q;
+        store_f32(b, x.x);
+        store_f32(b + 1u, x.y);
+        store_f32(b + 2u, x.z);
+        store_f32(b + 3u, x.w);
+    }
+    if (sh < GQ && sj == 0u) {
+        store_f32((row0 + sh) * (d + 2u), m_run);
+        store_f32((row0 + sh) * (d + 2u) + 1u, l_run);
     }
     // Count this workgroup done once its partial is visible; the last one merges.
     storageBarrier();
     if (lid == 0u) {
         let done = atomicAdd(&counters[g], 1u) + 1u;
-        last_flag = select(0u, 1u, done == p.chunks);
-        if (done == p.chunks) {
+        last_flag = select(0u, 1u, done == used);
+        if (done == used) {
             atomicStore(&counters[g], 0u);
         }
     }
@@ -480,37 +577,81 @@ fn decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         return;
     }
     storageBarrier();
-    let first = g * p.chunks * gq;
-    for (var h = lid; h < gq; h += DWG) {
-        var mx = NEG;
-#ifdef SINKS
-        mx = sinks[p.sinks_offset + h0 + h];
-#endif
-        for (var c = 0u; c < used; c++) {
-            mx = max(mx, load_f32((first + c * gq + h) * (d + 2u)));
+    merge(g, used, lid, sg_size);
+}
+
+// The last split of KV head g: each head's weight per split (exp(m_c − m) / Σ, the sink in
+// the denominator), threads (head, splits sj, sj + RUN, …), then every output as the weighted
+// sum of the splits' values, CB splits' loads in flight at a time.
+fn merge(g: u32, used: u32, lid: u32, sg_size: u32) {
+    let d = D8 * 8u;
+    let h0 = g * GQ;
+    let first = g * p.chunks * GQ;
+    let sh = lid / RUN;
+    let sj = lid % RUN;
+    var ms: array<f32, SPT>;
+    var ls: array<f32, SPT>;
+    for (var k = 0u; k < SPT; k++) {
+        let c = sj + RUN * k;
+        ms[k] = NEG;
+        if (sh < GQ && c < used) {
+            let b = (first + c * GQ + sh) * (d + 2u);
+            ms[k] = load_f32(b);
+            ls[k] = load_f32(b + 1u);
         }
-        var total = 0.0;
+    }
+    var mx = NEG;
 #ifdef SINKS
-        total = exp(sinks[p.sinks_offset + h0 + h] - mx);
+    let sink = sinks[p.sinks_offset + h0 + min(sh, GQ - 1u)];
+    mx = sink;
 #endif
-        for (var c = 0u; c < used; c++) {
-            let b = (first + c * gq + h) * (d + 2u);
-            total += exp(load_f32(b) - mx) * load_f32(b + 1u);
+    for (var k = 0u; k < SPT; k++) {
+        mx = max(mx, ms[k]);
+    }
+    let m_all = run_reduce(mx, lid, sg_size, true);
+    var total = 0.0;
+    for (var k = 0u; k < SPT; k++) {
+        ms[k] = exp(ms[k] - m_all);
+        total += ms[k] * ls[k];
+    }
+    var l_all = run_reduce(total, lid, sg_size, false);
+#ifdef SINKS
+    l_all += exp(sink - m_all);
+#endif
+    for (var k = 0u; k < SPT; k++) {
+        let c = sj + RUN * k;
+        if (sh < GQ && c < used) {
+            coef[sh * p.chunks + c] = ms[k] / l_all;
         }
-        head_m[h] = mx;
-        head_l[h] = total;
     }
     workgroupBarrier();
-    for (var i = lid; i < gq * d; i += DWG) {
-        let h = i / d;
-        var a = 0.0;
-        for (var c = 0u; c < used; c++) {
-            let b = (first + c * gq + h) * (d + 2u);
-            a += exp(load_f32(b) - head_m[h]) * load_f32(b + 2u + i % d);
+    var a: array<f32, OPT>;
+    for (var c0 = 0u; c0 < used; c0 += CB) {
+        var x: array<f32, OPT * CB>;
+        for (var o = 0u; o < OPT; o++) {
+            let e = min(lid + DWG * o, GQ * d - 1u);
+            for (var b = 0u; b < CB; b++) {
+                let c = min(c0 + b, used - 1u);
+                x[o * CB + b] = load_f32((first + c * GQ + e / d) * (d + 2u) + 2u + e % d);
+            }
         }
-        out[p.out_offset + h0 * d + i] = a / head_l[h];
+        for (var o = 0u; o < OPT; o++) {
+            let h = min(lid + DWG * o, GQ * d - 1u) / d;
+            for (var b = 0u; b < CB; b++) {
+                if (c0 + b < used) {
+                    a[o] += coef[h * p.chunks + c0 + b] * x[o * CB + b];
+                }
+            }
+        }
+    }
+    for (var o = 0u; o < OPT; o++) {
+        let e = lid + DWG * o;
+        if (e < GQ * d) {
+            out[p.out_offset + h0 * d + e] = a[o];
+        }
     }
 }
+#endif
 
 // attend_tiled: TR rows of queries per workgroup, TB keys per block, head_dim ≤ TD; rows and
 // keys padded by one value, so that lanes reading one element of different rows or keys hit
