@@ -1264,13 +1264,15 @@ impl Backend for GpuBackend {
                     None => None,
                 });
             }
+            // Decode: gate, up and the activation in one product per weight part.
+            let fuse_glu = !grouped
+                && biases[0].is_some() == biases[1].is_some()
+                && self
+                    .weight(e0.gate.w.weight)?
+                    .same_parts(self.weight(e0.up.w.weight)?);
             let key = key!("moe experts", x, e0, n, k, act_key);
             self.record(key, |s| {
                 let ids = s.src(Src::Scratch("moe ids"))?;
-                let (gate, up) = (
-                    s.src(Src::Scratch("moe gate"))?,
-                    s.src(Src::Scratch("moe up"))?,
-                );
                 let actb = s.src(Src::Scratch("moe act"))?;
                 let eo = s.src(Src::Scratch("moe expert out"))?;
                 let xb = &s.buf(x)?.buf;
@@ -1333,16 +1335,44 @@ impl Backend for GpuBackend {
                 };
                 let (h, w) = (hidden as u32, width as u32);
                 let xr = Region::new(xb, 0, h);
-                d.extend(product(0, &e0.gate, xr, Region::new(gate, 0, w))?);
-                d.extend(product(1, &e0.up, xr, Region::new(up, 0, w))?);
-                d.push(s.ops.eltwise(
-                    act,
-                    Region::new(gate, 0, w),
-                    Some(Region::new(up, 0, w)),
-                    Region::new(actb, 0, w),
-                    w,
-                    items as u32,
-                )?);
+                if fuse_glu {
+                    let sel = |lin: &Linear| MatSel {
+                        matrix: 0,
+                        ..s.sel(&lin.w)
+                    };
+                    let bias = |i: usize| {
+                        biases[i].map(|(wid, off)| Bias {
+                            buf: s.vector_buf(wid),
+                            offset: off,
+                            expert_stride: s.weights[wid as usize].cols as u32,
+                        })
+                    };
+                    d.extend(s.ops.matvec_glu_experts(
+                        [s.weight(e0.gate.w.weight)?, s.weight(e0.up.w.weight)?],
+                        [&sel(&e0.gate), &sel(&e0.up)],
+                        xr,
+                        Region::new(actb, 0, w),
+                        items as u32,
+                        act,
+                        bias(0).zip(bias(1)).map(|(g, u)| [g, u]),
+                        ExpertSel { ids, x_div: k as u32 },
+                    )?);
+                } else {
+                    let (gate, up) = (
+                        s.src(Src::Scratch("moe gate"))?,
+                        s.src(Src::Scratch("moe up"))?,
+                    );
+                    d.extend(product(0, &e0.gate, xr, Region::new(gate, 0, w))?);
+                    d.extend(product(1, &e0.up, xr, Region::new(up, 0, w))?);
+                    d.push(s.ops.eltwise(
+                        act,
+                        Region::new(gate, 0, w),
+                        Some(Region::new(up, 0, w)),
+                        Region::new(actb, 0, w),
+                        w,
+                        items as u32,
+                    )?);
+                }
                 d.extend(product(
                     2,
                     &e0.down,

@@ -52,8 +52,9 @@ const TPR: u32 = WG / RPW;
 #include "product.wgsl"
 
 fn part_value(at: RowAt, i: u32) -> vec4<f32> {
-    let w = load_part(at.w_row, i >> 2u, i & 3u, p.cols);
-    return vec4<f32>(dot_part(w, at.xb, (i >> 2u) * 32u, part_k(i & 3u)), 0.0, 0.0);
+    let w = load_scaled_part(at.w_row, i >> 2u, i & 3u, p.cols);
+    let d = dot_part(w.vals, at.xb, (i >> 2u) * 32u, part_k(i & 3u));
+    return vec4<f32>(d.x * w.mult, d.y, 0.0, 0.0);
 }
 
 @compute @workgroup_size(WG)
@@ -82,7 +83,7 @@ fn main(
     w_row += (e - p.expert_first) * p.matrix_rows;
     b_row += e * p.bias_stride;
 #endif
-    let at = RowAt(w_row, p.x_offset + (z / p.x_div) * p.x_stride, row);
+    let at = RowAt(w_row, 0u, p.x_offset + (z / p.x_div) * p.x_stride, row);
     let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
     if (t == 0u && live) {
