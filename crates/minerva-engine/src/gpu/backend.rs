@@ -1355,7 +1355,10 @@ impl Backend for GpuBackend {
                         items as u32,
                         act,
                         bias(0).zip(bias(1)).map(|(g, u)| [g, u]),
-                        ExpertSel { ids, x_div: k as u32 },
+                        ExpertSel {
+                            ids,
+                            x_div: k as u32,
+                        },
                     )?);
                 } else {
                     let (gate, up) = (

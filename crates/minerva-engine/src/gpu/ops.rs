@@ -936,7 +936,8 @@ impl Ops {
             return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
         }
         let decoders: Vec<Defines> = weights.iter().map(|w| w.decoder()).collect();
-        let pipe = self.multi_pipeline(decoders, mode, norm.is_some(), !biases.is_empty(), false)?;
+        let pipe =
+            self.multi_pipeline(decoders, mode, norm.is_some(), !biases.is_empty(), false)?;
         let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
         let total = if glu { rows[0] } else { rows.iter().sum() };
         let (gx, gy) = grid2(total.div_ceil(self.product_shape.1));
@@ -1050,8 +1051,7 @@ impl Ops {
             return bad("biases of different strides");
         }
         let decoders = vec![self.weight_defines(gw, gs), self.weight_defines(uw, us)];
-        let pipe =
-            self.multi_pipeline(decoders, Multi::Glu(act), false, biases.is_some(), true)?;
+        let pipe = self.multi_pipeline(decoders, Multi::Glu(act), false, biases.is_some(), true)?;
         let mrows = gw.matrix_rows(gs.input_major);
         let stored = if gs.input_major { gs.in_dim } else { mrows }.max(1);
         let rows = gs.out_dim as u32;
