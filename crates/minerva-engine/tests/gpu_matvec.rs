@@ -1016,6 +1016,7 @@ fn products_fold_the_norm_and_the_residual_add() {
                 Folds {
                     norm,
                     residual: Some(&rb),
+                    normed: None,
                 },
             )
             .unwrap();
@@ -1027,6 +1028,40 @@ fn products_fold_the_norm_and_the_residual_add() {
         let with_resid: Vec<f32> = (0..rows).map(|r| resid0[r] + want[r]).collect();
         let mag_resid: Vec<f32> = (0..rows).map(|r| mag[r] + resid0[r].abs()).collect();
         assert_dots_close("residual stream", &resid, &with_resid, &mag_resid, 2e-5);
+
+        // The same product also writing the norm's output (the MoE router's fold), with 45 rows
+        // over 12 workgroups.
+        let hb = ctx.storage("normed", (cols * 4) as u64);
+        let d = ops
+            .matvec(
+                &ws[0],
+                &MatSel::whole(&ws[0]),
+                Region::new(&xb, 0, cols as u32),
+                Region::new(&yb, 0, rows as u32),
+                1,
+                None,
+                None,
+                Folds {
+                    norm,
+                    residual: None,
+                    normed: Some(&hb),
+                },
+            )
+            .unwrap();
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+        assert_dots_close(
+            "product writing the norm",
+            &ctx.read_f32(&yb, 0, rows).unwrap(),
+            &want,
+            &mag,
+            2e-5,
+        );
+        assert_close(
+            "norm's output",
+            &ctx.read_f32(&hb, 0, cols).unwrap(),
+            &normed,
+            1e-5,
+        );
 
         // Two weights split, with the norm folded in and biases added, and gate/up/act.
         let outs: Vec<wgpu::Buffer> = (0..2)

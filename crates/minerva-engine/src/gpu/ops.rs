@@ -193,11 +193,13 @@ pub struct NormFold<'a> {
 }
 
 /// Work folded into a decode product: an RMSNorm of its input, and adding its results into a
-/// residual stream (`residual[i] += y[i]`, y still written).
+/// residual stream (`residual[i] += y[i]`, y still written). With a norm, `normed` also receives
+/// the norm's output itself (one vector, from element 0), for later products that read it whole.
 #[derive(Clone, Copy, Default)]
 pub struct Folds<'a> {
     pub norm: Option<NormFold<'a>>,
     pub residual: Option<&'a wgpu::Buffer>,
+    pub normed: Option<&'a wgpu::Buffer>,
 }
 
 /// The dispatch of one weight part: outputs j_lo..j_hi read stored rows from `row_base` of it.
@@ -837,6 +839,16 @@ impl Ops {
         if folds.residual.is_some() {
             d.insert("RESIDUAL".into(), String::new());
         }
+        if folds.normed.is_some() {
+            if folds.norm.is_none() || batch != 1 || experts.is_some() {
+                return Err(GpuError::Unsupported {
+                    tensor: w.name.clone(),
+                    reason: "the norm's output written by a product without one vector's norm"
+                        .into(),
+                });
+            }
+            d.insert("NORM_OUT".into(), String::new());
+        }
         let pipe = self.pipeline("matvec.wgsl", &d, "main")?;
         let mrows = w.matrix_rows(sel.input_major);
         // Stored rows per matrix (parts hold whole matrices when used with experts).
@@ -898,6 +910,9 @@ impl Ops {
             }
             if let Some(r) = folds.residual {
                 entries.push((9, r));
+            }
+            if let Some(h) = folds.normed {
+                entries.push((10, h));
             }
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, batch]));
         }

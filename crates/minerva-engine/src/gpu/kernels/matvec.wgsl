@@ -5,7 +5,8 @@
 // them (product.wgsl).
 // With MOE, batch item z uses expert ids[z]; a workgroup whose expert lives in another part of
 // the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
-// product; RESIDUAL also adds each result into `resid` (the residual stream).
+// product; RESIDUAL also adds each result into `resid` (the residual stream); NORM_OUT (with
+// NORM, one vector) also writes the norm's output into `normed`, for products that read it next.
 #include "common.wgsl"
 #include DECODER
 
@@ -47,6 +48,9 @@ struct Params {
 #ifdef RESIDUAL
 @group(0) @binding(9) var<storage, read_write> resid: array<f32>;
 #endif
+#ifdef NORM_OUT
+@group(0) @binding(10) var<storage, read_write> normed: array<f32>;
+#endif
 
 const TPR: u32 = WG / RPW;
 #include "product.wgsl"
@@ -86,6 +90,18 @@ fn main(
     let at = RowAt(w_row, 0u, p.x_offset + (z / p.x_div) * p.x_stride, row);
     let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
+#ifdef NORM_OUT
+    // The lanes of the first row have summed x² over all of x: they write the norm's output,
+    // multiplied in the order of norm.wgsl.
+    if (wid.x == 0u && wid.y == 0u && r_local == 0u) {
+        let inv = inverseSqrt(s.y / f32(p.cols) + p.eps);
+        for (var c = t; c < p.cols; c += TPR) {
+            let i = at.xb + c;
+            let g = p.norm_offset + c;
+            normed[c] = x[i >> 2u][i & 3u] * inv * norm_w[g >> 2u][g & 3u];
+        }
+    }
+#endif
     if (t == 0u && live) {
         var total = finish(s.x, s);
 #ifdef BIAS
