@@ -1122,6 +1122,15 @@ fn products_fold_the_norm_and_the_residual_add() {
     }
 }
 
+/// A gate/up layout of expert weights: its name, the two weights and views, and where output j
+/// of expert e is stored for each (the reference's index and row).
+type Layout<'a> = (
+    &'static str,
+    [&'a GpuWeight; 2],
+    [MatSel; 2],
+    &'a dyn Fn(usize, usize) -> [(usize, usize); 2],
+);
+
 /// act(G_e·x + bg_e, U_e·x + bu_e) of the expert each item picks on the GPU, in one product:
 /// GGUF MXFP4, MLX/HF MXFP4 and Q8_0 experts; separate gate and up weights and one interleaved
 /// gate_up weight (gpt-oss Hugging Face); whole and split into parts of whole experts (items
@@ -1177,16 +1186,11 @@ fn expert_gate_up_and_activation_in_one_product() {
                 input_major: false,
             };
             let refs = [gate.reference(), up.reference(), fused.reference()].map(Option::unwrap);
-            // Stored rows of output j of expert e, per layout: (weight, reference, row).
+            // Stored rows of gate and up output j of expert e: (reference, row) each.
             let separate = |e: usize, j: usize| [(0, e * rows + j), (1, e * rows + j)];
             let interleaved =
                 |e: usize, j: usize| [(2, e * 2 * rows + 2 * j), (2, e * 2 * rows + 2 * j + 1)];
-            let layouts: [(
-                &str,
-                [&GpuWeight; 2],
-                [MatSel; 2],
-                &dyn Fn(usize, usize) -> [(usize, usize); 2],
-            ); 2] = [
+            let layouts: [Layout; 2] = [
                 ("separate", [&gw, &uw], [view(0, 1), view(0, 1)], &separate),
                 (
                     "interleaved",
