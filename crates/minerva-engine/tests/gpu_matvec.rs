@@ -1020,6 +1020,7 @@ fn products_fold_the_norm_and_the_residual_add() {
                 Folds {
                     norm,
                     residual: Some(&rb),
+                    normed: None,
                 },
             )
             .unwrap();
@@ -1031,6 +1032,40 @@ fn products_fold_the_norm_and_the_residual_add() {
         let with_resid: Vec<f32> = (0..rows).map(|r| resid0[r] + want[r]).collect();
         let mag_resid: Vec<f32> = (0..rows).map(|r| mag[r] + resid0[r].abs()).collect();
         assert_dots_close("residual stream", &resid, &with_resid, &mag_resid, 2e-5);
+
+        // The same product also writing the norm's output (the MoE router's fold), with 45 rows
+        // over 12 workgroups.
+        let hb = ctx.storage("normed", (cols * 4) as u64);
+        let d = ops
+            .matvec(
+                &ws[0],
+                &MatSel::whole(&ws[0]),
+                Region::new(&xb, 0, cols as u32),
+                Region::new(&yb, 0, rows as u32),
+                1,
+                None,
+                None,
+                Folds {
+                    norm,
+                    residual: None,
+                    normed: Some(&hb),
+                },
+            )
+            .unwrap();
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+        assert_dots_close(
+            "product writing the norm",
+            &ctx.read_f32(&yb, 0, rows).unwrap(),
+            &want,
+            &mag,
+            2e-5,
+        );
+        assert_close(
+            "norm's output",
+            &ctx.read_f32(&hb, 0, cols).unwrap(),
+            &normed,
+            1e-5,
+        );
 
         // Two weights split, with the norm folded in and biases added, and gate/up/act.
         let outs: Vec<wgpu::Buffer> = (0..2)
@@ -1087,6 +1122,166 @@ fn products_fold_the_norm_and_the_residual_add() {
                 "normed glu row {r}: {} vs {want}",
                 got[r]
             );
+        }
+    }
+}
+
+/// A gate/up layout of expert weights: its name, the two weights and views, and where output j
+/// of expert e is stored for each (the reference's index and row).
+type Layout<'a> = (
+    &'static str,
+    [&'a GpuWeight; 2],
+    [MatSel; 2],
+    &'a dyn Fn(usize, usize) -> [(usize, usize); 2],
+);
+
+/// act(G_e·x + bg_e, U_e·x + bu_e) of the expert each item picks on the GPU, in one product:
+/// GGUF MXFP4, MLX/HF MXFP4 and Q8_0 experts; separate gate and up weights and one interleaved
+/// gate_up weight (gpt-oss Hugging Face); whole and split into parts of whole experts (items
+/// whose experts lie in different parts); with and without biases; both activations; 19 rows
+/// (not a whole number of workgroups) and rows of 73 units.
+#[test]
+fn expert_gate_up_and_activation_in_one_product() {
+    if device().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(12);
+    let (experts, rows, k) = (5usize, 19usize, 2usize);
+    // Two tokens, two experts each: item z reads token z / k.
+    let ids: Vec<u32> = vec![4, 1, 0, 4];
+    for (dtype, cols) in [
+        (DType::MXFP4, 96usize),
+        (DType::HfMxfp4, 2336),
+        (DType::Q8_0, 64),
+    ] {
+        // Separate weights [E, rows, cols], and one [E, 2·rows, cols] with gate at even rows.
+        let gate = make(dtype, experts * rows, cols, &mut rng);
+        let up = make(dtype, experts * rows, cols, &mut rng);
+        let fused = make(dtype, experts * 2 * rows, cols, &mut rng);
+        let x = rng.vec(2 * cols);
+        let bg = rng.vec(experts * rows + 3);
+        let bu = rng.vec(experts * rows + 3);
+        for split in [false, true] {
+            let mut ctx = GpuContext::new(&Default::default()).unwrap();
+            if split {
+                // Two experts' rows of the separate weights per part: 3 parts each.
+                let widest = gate.bufs.iter().map(|b| b.len() / (experts * rows)).max();
+                ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
+            }
+            let ctx = Arc::new(ctx);
+            let ops = Ops::new(ctx.clone());
+            let upload = |s: &Stored, stored: usize| {
+                let w = GpuWeight::upload(&ctx, &s.view(vec![experts, stored, cols]), stored);
+                w.unwrap()
+            };
+            let (gw, uw, fw) = (
+                upload(&gate, rows),
+                upload(&up, rows),
+                upload(&fused, 2 * rows),
+            );
+            let parts = if split { 3 } else { 1 };
+            assert_eq!((gw.parts.len(), uw.parts.len()), (parts, parts));
+            let view = |offset: usize, stride: usize| MatSel {
+                matrix: 0,
+                offset,
+                stride,
+                out_dim: rows,
+                in_dim: cols,
+                input_major: false,
+            };
+            let refs = [gate.reference(), up.reference(), fused.reference()].map(Option::unwrap);
+            // Stored rows of gate and up output j of expert e: (reference, row) each.
+            let separate = |e: usize, j: usize| [(0, e * rows + j), (1, e * rows + j)];
+            let interleaved =
+                |e: usize, j: usize| [(2, e * 2 * rows + 2 * j), (2, e * 2 * rows + 2 * j + 1)];
+            let layouts: [Layout; 2] = [
+                ("separate", [&gw, &uw], [view(0, 1), view(0, 1)], &separate),
+                (
+                    "interleaved",
+                    [&fw, &fw],
+                    [view(0, 2), view(1, 2)],
+                    &interleaved,
+                ),
+            ];
+            let (xb, ib) = (ctx.storage_with("x", &x), ctx.storage_with("ids", &ids));
+            let (bgb, bub) = (ctx.storage_with("bg", &bg), ctx.storage_with("bu", &bu));
+            for (name, weights, sels, rows_of) in layouts {
+                for biased in [true, false] {
+                    for act in [
+                        Eltwise::SwiGlu,
+                        Eltwise::GluOss {
+                            alpha: 1.702,
+                            limit: 7.0,
+                        },
+                    ] {
+                        // Output rows padded by 2 per item.
+                        let yb = ctx.storage("y", (ids.len() * (rows + 2) * 4) as u64);
+                        let biases = biased.then(|| {
+                            [(&bgb, 3), (&bub, 1)].map(|(buf, offset)| Bias {
+                                buf,
+                                offset,
+                                expert_stride: rows as u32,
+                            })
+                        });
+                        let d = ops
+                            .matvec_glu_experts(
+                                weights,
+                                [&sels[0], &sels[1]],
+                                Region::new(&xb, 0, cols as u32),
+                                Region::new(&yb, 0, rows as u32 + 2),
+                                ids.len() as u32,
+                                act,
+                                biases,
+                                ExpertSel {
+                                    ids: &ib,
+                                    x_div: k as u32,
+                                },
+                            )
+                            .unwrap();
+                        assert_eq!(
+                            d.len(),
+                            if name == "separate" {
+                                parts
+                            } else {
+                                fw.parts.len()
+                            }
+                        );
+                        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                        let got = ctx.read_f32(&yb, 0, ids.len() * (rows + 2)).unwrap();
+                        for (z, &e) in ids.iter().enumerate() {
+                            let e = e as usize;
+                            let xz = &x[(z / k) * cols..(z / k + 1) * cols];
+                            for j in 0..rows {
+                                let [(wg, rg), (wu, ru)] = rows_of(e, j);
+                                let dot = |w: usize, r: usize| {
+                                    cpu_matmul(&refs[w][r * cols..(r + 1) * cols], xz, 1, cols, 1)
+                                };
+                                let (g, u) = (dot(wg, rg), dot(wu, ru));
+                                let (mut gv, mut uv) = (g.0[0], u.0[0]);
+                                if biased {
+                                    gv += bg[3 + e * rows + j];
+                                    uv += bu[1 + e * rows + j];
+                                }
+                                let want = match act {
+                                    Eltwise::SwiGlu => gv / (1.0 + (-gv).exp()) * uv,
+                                    _ => {
+                                        let gc = gv.min(7.0);
+                                        (uv.clamp(-7.0, 7.0) + 1.0) * gc
+                                            / (1.0 + (-1.702 * gc).exp())
+                                    }
+                                };
+                                let have = got[z * (rows + 2) + j];
+                                let tol = 1e-4 * (1.0 + g.1[0]) * (1.0 + u.1[0]);
+                                assert!(
+                                    (have - want).abs() <= tol,
+                                    "{} {name} split={split} bias={biased} {act:?} item {z} row {j}: {have} vs {want}",
+                                    dtype.name()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

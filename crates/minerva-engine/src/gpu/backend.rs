@@ -473,6 +473,7 @@ impl GpuBackend {
                     Some(r) => Some(&s.buf(r)?.buf),
                     None => None,
                 },
+                normed: None,
             };
             Ok(if n == 1 {
                 s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?
@@ -1248,8 +1249,13 @@ impl Backend for GpuBackend {
     }
 
     fn moe(&mut self, x: BufId, block: &MoeBlock, out: BufId, n: usize) -> Result<()> {
-        // The router and the experts read x many times over: folding a deferred norm into each
-        // measured slower than dispatching the norm once (benches/GPU.md, entry 33).
+        // The experts read x many times over: folding a deferred norm into each expert row
+        // measured slower than dispatching the norm once (benches/GPU.md, entry 33). The router
+        // folds it in and writes x, the norm's output, for them: no dispatch of its own.
+        let norm = self.deferred.filter(|d| d.out == x && n == 1 && out != x);
+        if norm.is_some() {
+            self.deferred = None;
+        }
         self.touch(&[x, out])?;
         let hidden = self.buf(x)?.cols;
         self.check_rows(x, n, None, "moe")?;
@@ -1265,7 +1271,10 @@ impl Backend for GpuBackend {
         self.scratch("moe logits", (n * experts * 4) as u64);
         self.scratch("moe ids", (n * k * 4) as u64);
         self.scratch("moe weights", (n * k * 4) as u64);
-        self.linear(Src::Buf(x), &block.router, Src::Scratch("moe logits"), n)?;
+        match norm {
+            Some(d) => self.router_writing_norm(x, &block.router, d)?,
+            None => self.linear(Src::Buf(x), &block.router, Src::Scratch("moe logits"), n)?,
+        }
         let key = key!("moe route", n, experts, k, renorm);
         self.record(key, |s| {
             Ok(vec![s.ops.moe_route(
@@ -1303,13 +1312,15 @@ impl Backend for GpuBackend {
                     None => None,
                 });
             }
+            // Decode: gate, up and the activation in one product per weight part.
+            let fuse_glu = !grouped
+                && biases[0].is_some() == biases[1].is_some()
+                && self
+                    .weight(e0.gate.w.weight)?
+                    .same_parts(self.weight(e0.up.w.weight)?);
             let key = key!("moe experts", x, e0, n, k, act_key);
             self.record(key, |s| {
                 let ids = s.src(Src::Scratch("moe ids"))?;
-                let (gate, up) = (
-                    s.src(Src::Scratch("moe gate"))?,
-                    s.src(Src::Scratch("moe up"))?,
-                );
                 let actb = s.src(Src::Scratch("moe act"))?;
                 let eo = s.src(Src::Scratch("moe expert out"))?;
                 let xb = &s.buf(x)?.buf;
@@ -1372,16 +1383,47 @@ impl Backend for GpuBackend {
                 };
                 let (h, w) = (hidden as u32, width as u32);
                 let xr = Region::new(xb, 0, h);
-                d.extend(product(0, &e0.gate, xr, Region::new(gate, 0, w))?);
-                d.extend(product(1, &e0.up, xr, Region::new(up, 0, w))?);
-                d.push(s.ops.eltwise(
-                    act,
-                    Region::new(gate, 0, w),
-                    Some(Region::new(up, 0, w)),
-                    Region::new(actb, 0, w),
-                    w,
-                    items as u32,
-                )?);
+                if fuse_glu {
+                    let sel = |lin: &Linear| MatSel {
+                        matrix: 0,
+                        ..s.sel(&lin.w)
+                    };
+                    let bias = |i: usize| {
+                        biases[i].map(|(wid, off)| Bias {
+                            buf: s.vector_buf(wid),
+                            offset: off,
+                            expert_stride: s.weights[wid as usize].cols as u32,
+                        })
+                    };
+                    d.extend(s.ops.matvec_glu_experts(
+                        [s.weight(e0.gate.w.weight)?, s.weight(e0.up.w.weight)?],
+                        [&sel(&e0.gate), &sel(&e0.up)],
+                        xr,
+                        Region::new(actb, 0, w),
+                        items as u32,
+                        act,
+                        bias(0).zip(bias(1)).map(|(g, u)| [g, u]),
+                        ExpertSel {
+                            ids,
+                            x_div: k as u32,
+                        },
+                    )?);
+                } else {
+                    let (gate, up) = (
+                        s.src(Src::Scratch("moe gate"))?,
+                        s.src(Src::Scratch("moe up"))?,
+                    );
+                    d.extend(product(0, &e0.gate, xr, Region::new(gate, 0, w))?);
+                    d.extend(product(1, &e0.up, xr, Region::new(up, 0, w))?);
+                    d.push(s.ops.eltwise(
+                        act,
+                        Region::new(gate, 0, w),
+                        Some(Region::new(up, 0, w)),
+                        Region::new(actb, 0, w),
+                        w,
+                        items as u32,
+                    )?);
+                }
                 d.extend(product(
                     2,
                     &e0.down,
@@ -1646,6 +1688,37 @@ impl GpuBackend {
             });
         }
         Ok(())
+    }
+
+    /// The router's decode product over the input of the deferred norm `d` (whose output is
+    /// `x`) into the "moe logits" scratch, writing `x` on the way.
+    fn router_writing_norm(&mut self, x: BufId, router: &Linear, d: Deferred) -> Result<()> {
+        let bias = match &router.bias {
+            Some(b) => Some(self.vector(b)?),
+            None => None,
+        };
+        let key = key!("moe router", x, router, d.x, d.weight, d.eps);
+        let sel = self.sel(&router.w);
+        self.record(key, |s| {
+            let xr = Region::new(&s.buf(d.x)?.buf, 0, router.in_dim() as u32);
+            let yr = Region::new(
+                s.src(Src::Scratch("moe logits"))?,
+                0,
+                router.out_dim() as u32,
+            );
+            let bias = bias.map(|(wid, off)| Bias {
+                buf: s.vector_buf(wid),
+                offset: off,
+                expert_stride: 0,
+            });
+            let folds = Folds {
+                norm: Some(s.norm_fold(&d)),
+                residual: None,
+                normed: Some(&s.buf(x)?.buf),
+            };
+            let w = s.weight(router.w.weight)?;
+            Ok(s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?)
+        })
     }
 
     /// Records one gated FFN of `n` rows of x into the "moe expert out" scratch.

@@ -7,7 +7,7 @@ use super::context::GpuContext;
 use super::error::{GpuError, GpuResult};
 use super::pipelines::{Dispatch, Pipelines};
 use super::shader::{defines, Defines};
-use super::weights::GpuWeight;
+use super::weights::{GpuWeight, WeightPart};
 use bytemuck::{Pod, Zeroable};
 use std::sync::Arc;
 
@@ -27,6 +27,16 @@ fn grid2(n: u32) -> (u32, u32) {
     } else {
         (65535, n.div_ceil(65535))
     }
+}
+
+/// Bindings of weight `i`'s buffers in `matvec_multi.wgsl` (its decoder instance's w0, w1, w2
+/// moved to 10·i on).
+fn multi_weight_entries(i: usize, part: &WeightPart) -> Vec<(u32, &wgpu::Buffer)> {
+    part.buffers
+        .iter()
+        .enumerate()
+        .map(|(j, b)| (10 * i as u32 + j as u32, b))
+        .collect()
 }
 
 fn with(mut d: Defines, extra: &[(&str, String)]) -> Defines {
@@ -183,11 +193,13 @@ pub struct NormFold<'a> {
 }
 
 /// Work folded into a decode product: an RMSNorm of its input, and adding its results into a
-/// residual stream (`residual[i] += y[i]`, y still written).
+/// residual stream (`residual[i] += y[i]`, y still written). With a norm, `normed` also receives
+/// the norm's output itself (one vector, from element 0), for later products that read it whole.
 #[derive(Clone, Copy, Default)]
 pub struct Folds<'a> {
     pub norm: Option<NormFold<'a>>,
     pub residual: Option<&'a wgpu::Buffer>,
+    pub normed: Option<&'a wgpu::Buffer>,
 }
 
 /// The dispatch of one weight part: outputs j_lo..j_hi read stored rows from `row_base` of it.
@@ -435,7 +447,43 @@ struct MultiParams {
     norm_offset: u32,
     eps: f32,
     bias_offsets: [u32; 3],
-    _pad: [u32; 3],
+    row_base: [u32; 2],
+    row_stride: [u32; 2],
+    matrix_rows: u32,
+    bias_stride: u32,
+    x_stride: u32,
+    x_div: u32,
+    y_stride: u32,
+    expert_first: u32,
+    expert_count: u32,
+}
+
+impl MultiParams {
+    /// Parameters of one vector through whole weights: GLU rows read stored row r of each.
+    fn whole(rows: [u32; 3], cols: u32, x_offset: u32, groups_x: u32) -> MultiParams {
+        MultiParams {
+            rows0: rows[0],
+            rows1: rows[1],
+            rows2: rows[2],
+            cols,
+            x_offset,
+            groups_x,
+            alpha: 0.0,
+            limit: 0.0,
+            norm_offset: 0,
+            eps: 0.0,
+            bias_offsets: [0; 3],
+            row_base: [0; 2],
+            row_stride: [1; 2],
+            matrix_rows: 0,
+            bias_stride: 0,
+            x_stride: 0,
+            x_div: 1,
+            y_stride: 0,
+            expert_first: 0,
+            expert_count: 0,
+        }
+    }
 }
 
 /// Element offsets of the attention kernels' operands.
@@ -856,6 +904,16 @@ impl Ops {
         if folds.residual.is_some() {
             d.insert("RESIDUAL".into(), String::new());
         }
+        if folds.normed.is_some() {
+            if folds.norm.is_none() || batch != 1 || experts.is_some() {
+                return Err(GpuError::Unsupported {
+                    tensor: w.name.clone(),
+                    reason: "the norm's output written by a product without one vector's norm"
+                        .into(),
+                });
+            }
+            d.insert("NORM_OUT".into(), String::new());
+        }
         let pipe = self.pipeline("matvec.wgsl", &d, "main")?;
         let mrows = w.matrix_rows(sel.input_major);
         // Stored rows per matrix (parts hold whole matrices when used with experts).
@@ -918,6 +976,9 @@ impl Ops {
             if let Some(r) = folds.residual {
                 entries.push((9, r));
             }
+            if let Some(h) = folds.normed {
+                entries.push((10, h));
+            }
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, batch]));
         }
         Ok(out)
@@ -945,7 +1006,7 @@ impl Ops {
                 weights.len() == 2 && outs.len() == 1 && weights[0].rows == weights[1].rows
             }
         };
-        let biases_ok = biases.is_empty() || (!glu && biases.len() == weights.len());
+        let biases_ok = biases.is_empty() || biases.len() == weights.len();
         if !shape_ok
             || !biases_ok
             || weights
@@ -954,63 +1015,33 @@ impl Ops {
         {
             return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
         }
-        let mut d = self.product_defines(glu);
-        match mode {
-            Multi::Split => {
-                d.insert("SPLIT".into(), String::new());
-                if weights.len() == 3 {
-                    d.insert("THREE".into(), String::new());
-                }
-            }
-            Multi::Glu(Eltwise::GluOss { .. }) => {
-                d.insert("GLU".into(), String::new());
-                d.insert("OSS".into(), String::new());
-            }
-            Multi::Glu(_) => {
-                d.insert("GLU".into(), String::new());
-            }
-        }
-        if norm.is_some() {
-            d.insert("NORM".into(), String::new());
-        }
-        if !biases.is_empty() {
-            d.insert("BIAS".into(), String::new());
-        }
         let decoders: Vec<Defines> = weights.iter().map(|w| w.decoder()).collect();
         let pipe =
-            self.pipelines
-                .get_multi(&self.ctx, "matvec_multi.wgsl", &d, &decoders, "main")?;
+            self.multi_pipeline(decoders, mode, norm.is_some(), !biases.is_empty(), false)?;
         let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
         let total = if glu { rows[0] } else { rows.iter().sum() };
         let (gx, gy) = grid2(total.div_ceil(self.product_shape.1));
+        let used = [
+            rows[0],
+            if glu { 0 } else { rows[1] },
+            rows.get(2).copied().unwrap_or(0),
+        ];
         let (alpha, limit) = match mode {
             Multi::Glu(Eltwise::GluOss { alpha, limit }) => (alpha, limit),
             _ => (0.0, 0.0),
         };
         let params = MultiParams {
-            rows0: rows[0],
-            rows1: if glu { 0 } else { rows[1] },
-            rows2: rows.get(2).copied().unwrap_or(0),
-            cols: weights[0].cols as u32,
-            x_offset: x.offset,
-            groups_x: gx,
             alpha,
             limit,
             norm_offset: norm.map(|n| n.offset).unwrap_or(0),
             eps: norm.map(|n| n.eps).unwrap_or(0.0),
             bias_offsets: std::array::from_fn(|i| biases.get(i).map(|b| b.offset).unwrap_or(0)),
-            _pad: [0; 3],
+            ..MultiParams::whole(used, weights[0].cols as u32, x.offset, gx)
         };
         let ub = self.ctx.uniform("multi params", &params);
         let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
         for (i, w) in weights.iter().enumerate() {
-            entries.extend(
-                w.parts[0]
-                    .buffers
-                    .iter()
-                    .enumerate()
-                    .map(|(j, b)| (10 * i as u32 + j as u32, b)),
-            );
+            entries.extend(multi_weight_entries(i, &w.parts[0]));
         }
         entries.push((30, x.buf));
         for (i, o) in outs.iter().enumerate() {
@@ -1024,6 +1055,123 @@ impl Ops {
             entries.push((36 + i as u32, b.buf));
         }
         Ok(self.dispatch(pipe, &entries, [gx, gy, 1]))
+    }
+
+    /// The pipeline of `matvec_multi.wgsl` for weights read through `decoders`.
+    fn multi_pipeline(
+        &self,
+        decoders: Vec<Defines>,
+        mode: Multi,
+        norm: bool,
+        bias: bool,
+        experts: bool,
+    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        let mut d = self.product_defines(matches!(mode, Multi::Glu(_)));
+        let mut flag = |f: &str| d.insert(f.into(), String::new());
+        match mode {
+            Multi::Split => {
+                flag("SPLIT");
+                if decoders.len() == 3 {
+                    flag("THREE");
+                }
+            }
+            Multi::Glu(op) => {
+                flag("GLU");
+                if matches!(op, Eltwise::GluOss { .. }) {
+                    flag("OSS");
+                }
+            }
+        }
+        for (on, f) in [(norm, "NORM"), (bias, "BIAS"), (experts, "MOE")] {
+            if on {
+                flag(f);
+            }
+        }
+        self.pipelines
+            .get_multi(&self.ctx, "matvec_multi.wgsl", &d, &decoders, "main")
+    }
+
+    /// Gate, up and the activation of mixture-of-experts items in one product:
+    /// y[z] = act(G_e · x[z / x_div] + bg_e, U_e · x[z / x_div] + bu_e) with e = ids[z], for
+    /// `items` items, where G and U are the views `sels` of stacked [experts, rows, cols]
+    /// weights (possibly one weight, as gpt-oss's interleaved gate_up) split alike into parts
+    /// of whole experts: one dispatch per part, x read once for both products.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matvec_glu_experts(
+        &self,
+        weights: [&GpuWeight; 2],
+        sels: [&MatSel; 2],
+        x: Region,
+        y: Region,
+        items: u32,
+        act: Eltwise,
+        biases: Option<[Bias; 2]>,
+        experts: ExpertSel,
+    ) -> GpuResult<Vec<Dispatch>> {
+        let [gw, uw] = weights;
+        let [gs, us] = sels;
+        gw.check_sel(gs)?;
+        uw.check_sel(us)?;
+        let bad = |reason: &str| {
+            Err(GpuError::Unsupported {
+                tensor: gw.name.clone(),
+                reason: format!("{} fused with {}: {reason}", gw.name, uw.name),
+            })
+        };
+        if !matches!(act, Eltwise::SwiGlu | Eltwise::GluOss { .. }) {
+            return bad(&format!("{act:?} is no gated activation"));
+        }
+        if (gs.out_dim, gs.in_dim, gs.input_major) != (us.out_dim, us.in_dim, us.input_major) {
+            return bad("views of different shapes");
+        }
+        if !gw.same_parts(uw) || gw.matrix_rows(gs.input_major) != uw.matrix_rows(us.input_major) {
+            return bad("weights split differently");
+        }
+        if biases.is_some_and(|[a, b]| a.expert_stride != b.expert_stride) {
+            return bad("biases of different strides");
+        }
+        let decoders = vec![self.weight_defines(gw, gs), self.weight_defines(uw, us)];
+        let pipe = self.multi_pipeline(decoders, Multi::Glu(act), false, biases.is_some(), true)?;
+        let mrows = gw.matrix_rows(gs.input_major);
+        let stored = if gs.input_major { gs.in_dim } else { mrows }.max(1);
+        let rows = gs.out_dim as u32;
+        let (gx, gy) = grid2(rows.div_ceil(self.product_shape.1));
+        let (alpha, limit) = match act {
+            Eltwise::GluOss { alpha, limit } => (alpha, limit),
+            _ => (0.0, 0.0),
+        };
+        let mut out = Vec::new();
+        for (gp, up) in gw.parts.iter().zip(&uw.parts) {
+            let params = MultiParams {
+                alpha,
+                limit,
+                bias_offsets: [
+                    biases.map(|b| b[0].offset).unwrap_or(0),
+                    biases.map(|b| b[1].offset).unwrap_or(0),
+                    0,
+                ],
+                row_base: [gs.offset as u32, us.offset as u32],
+                row_stride: [gs.stride as u32, us.stride as u32],
+                matrix_rows: mrows as u32,
+                bias_stride: biases.map(|b| b[0].expert_stride).unwrap_or(0),
+                x_stride: x.stride,
+                x_div: experts.x_div.max(1),
+                y_stride: y.stride,
+                expert_first: (gp.first_row / stored) as u32,
+                expert_count: (gp.rows / stored) as u32,
+                ..MultiParams::whole([rows, 0, 0], gs.in_dim as u32, x.offset, gx)
+            };
+            let ub = self.ctx.uniform("glu experts params", &params);
+            let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
+            entries.extend(multi_weight_entries(0, gp));
+            entries.extend(multi_weight_entries(1, up));
+            entries.extend([(30, x.buf), (31, y.buf), (34, &ub), (39, experts.ids)]);
+            if let Some([bg, bu]) = &biases {
+                entries.extend([(36, bg.buf), (37, bu.buf)]);
+            }
+            out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, items]));
+        }
+        Ok(out)
     }
 
     /// y[t] = W · x[t] (+ bias) for `tokens` rows of x over the outputs `sel` picks: the tiled

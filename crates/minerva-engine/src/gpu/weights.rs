@@ -138,7 +138,12 @@ pub fn decoder_defines(dtype: DType, scale_dtype: Option<DType>) -> Option<Defin
         }
         _ => return None,
     };
-    Some(defines(&[("DECODER", file.into()), (flag, String::new())]))
+    let mut d = defines(&[("DECODER", file.into()), (flag, String::new())]);
+    if matches!(dtype, DType::MXFP4 | DType::MlxMxfp4 | DType::HfMxfp4) {
+        // Power-of-two block scales: the products apply them once per part (unit.wgsl).
+        d.insert("SCALED_PARTS".into(), String::new());
+    }
+    Some(d)
 }
 
 fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> GpuResult<wgpu::Buffer> {
@@ -236,6 +241,17 @@ impl GpuWeight {
             .flat_map(|p| &p.buffers)
             .map(|b| b.size())
             .sum()
+    }
+
+    /// Whether `other` is split into parts of the same rows (weights of one shape and dtype
+    /// uploaded with the same alignment are).
+    pub fn same_parts(&self, other: &GpuWeight) -> bool {
+        self.parts.len() == other.parts.len()
+            && self
+                .parts
+                .iter()
+                .zip(&other.parts)
+                .all(|(a, b)| (a.first_row, a.rows) == (b.first_row, b.rows))
     }
 
     pub fn decoder(&self) -> Defines {

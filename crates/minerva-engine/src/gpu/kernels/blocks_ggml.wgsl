@@ -34,17 +34,18 @@ fn high_bits(h: u32, j: u32) -> vec4<f32> {
     return vec4<f32>(f32(b & 1u), f32((b >> 1u) & 1u), f32((b >> 2u) & 1u), f32((b >> 3u) & 1u)) * 16.0;
 }
 
+#ifdef DT_MXFP4
+fn load_scaled_part(row: u32, u: u32, j: u32, cols: u32) -> ScaledPart {
+    let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
+    return ScaledPart(e2m1_nibbles_x4(w0_word(b + 1u + 4u * j)), e8m0(w0_byte(b)) * 0.25);
+}
+#else
 fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
     let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
 #ifdef DT_Q8_0
     let d = w0_f16(b);
     let q = b + 2u + 8u * j;
     return Part(sbytes4(w0_word(q)) * d, sbytes4(w0_word(q + 4u)) * d);
-#endif
-#ifdef DT_MXFP4
-    let s = e8m0(w0_byte(b));
-    let q = w0_word(b + 1u + 4u * j);
-    return Part(e2m1_bytes(q, s), e2m1_bytes(q >> 4u, s));
 #endif
 #ifdef DT_Q4_0
     let d = w0_f16(b);
@@ -77,5 +78,6 @@ fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
     );
 #endif
 }
+#endif
 
 #include "unit.wgsl"

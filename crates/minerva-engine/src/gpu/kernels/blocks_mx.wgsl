@@ -8,10 +8,10 @@
 
 const PART_SPLIT: bool = false;
 
-fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
+fn load_scaled_part(row: u32, u: u32, j: u32, cols: u32) -> ScaledPart {
     let g = row * (cols / 32u) + u;
     let s = e8m0((w1[g >> 2u] >> ((g & 3u) * 8u)) & 0xFFu);
-    return e2m1_word(w0[g * 4u + j], s);
+    return ScaledPart(e2m1_word_x4(w0[g * 4u + j]), s * 0.25);
 }
 
 #include "unit.wgsl"

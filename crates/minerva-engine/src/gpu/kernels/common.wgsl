@@ -23,29 +23,54 @@ fn fields4(bits: vec4<u32>, scale: vec4<f32>, offset: f32) -> vec4<f32> {
     return f * scale - (8388608.0 * scale + offset);
 }
 
-// Magnitudes of the E2M1 codes 0..7 times two (0, 1, 2, 3, 4, 6, 8, 12), a nibble each.
-const E2M1_TWICE: u32 = 0xC8643210u;
-
-// Four E2M1 codes (sign bit 3, exponent bits 2..1, mantissa bit 0) to their values times two.
-fn e2m1_twice4(c: vec4<u32>) -> vec4<f32> {
-    let k = (vec4<u32>(E2M1_TWICE) >> ((c & vec4<u32>(7u)) << vec4<u32>(2u))) & vec4<u32>(15u);
-    let v = bitcast<vec4<f32>>(k | vec4<u32>(0x4B000000u)) - 8388608.0;
-    return select(v, -v, (c & vec4<u32>(8u)) != vec4<u32>(0u));
+// A part's decoded values before its scale: the products multiply a part's dot product by
+// `mult` once instead of every value (decoders with SCALED_PARTS, unit.wgsl).
+struct ScaledPart {
+    vals: Part,
+    mult: f32,
 }
 
-// Eight E2M1 codes packed from the least significant nibble, times a scale.
-fn e2m1_word(w: u32, s: f32) -> array<vec4<f32>, 2> {
-    let h = 0.5 * s;
-    return array<vec4<f32>, 2>(
-        e2m1_twice4(vec4<u32>(w, w >> 4u, w >> 8u, w >> 12u) & vec4<u32>(15u)) * h,
-        e2m1_twice4(vec4<u32>(w >> 16u, w >> 20u, w >> 24u, w >> 28u) & vec4<u32>(15u)) * h,
+// E2M1 codes (sign bit 3, exponent bits 2..1, mantissa bit 0) decoded through the float's own
+// fields: a nonzero code becomes sign | exponent 128 + e | mantissa m, which is 4× its value
+// for e ≥ 1; the codes with e = 0 (0 and 0.5) have no normal float of that form, so code 1
+// clears its mantissa (4 × 0.5 = 2 = exponent 128, mantissa 0) and code 0 leaves every bit 0
+// (no subnormals involved, which GPUs may flush). Per word of eight codes, `e2m1_prepare`
+// readies the bits for all of them: x holds each code's exponent bits in place and its mantissa
+// bit where e ≠ 0; y holds, at bits 4i + 1 and 4i of code i, its sign and whether it is nonzero.
+// Each value then costs two shifts and two masks (`e2m1_place`).
+fn e2m1_prepare(w: u32) -> vec2<u32> {
+    let e_nonzero = ((w >> 1u) | (w >> 2u)) & 0x11111111u;
+    let field = w & (0x66666666u | e_nonzero);
+    let top = ((w >> 2u) & 0x22222222u) | ((w | e_nonzero) & 0x11111111u);
+    return vec2<u32>(field, top);
+}
+
+// Four codes as 4× their values: `field` shifted left by `fs` puts a code's exponent and
+// mantissa at float bits 24..22, `top` shifted by `ts` its sign and nonzero bits at 31 and 30.
+fn e2m1_place(field: vec4<u32>, fs: vec4<u32>, top: u32, ts: vec4<u32>) -> vec4<f32> {
+    let bits = ((field << fs) & vec4<u32>(0x01C00000u)) | ((vec4<u32>(top) << ts) & vec4<u32>(0xC0000000u));
+    return bitcast<vec4<f32>>(bits);
+}
+
+// Eight E2M1 codes packed from the least significant nibble, as 4× their values in that order.
+fn e2m1_word_x4(w: u32) -> Part {
+    let c = e2m1_prepare(w);
+    let fs = vec4<u32>(22u, 18u, 14u, 10u);
+    return Part(
+        e2m1_place(vec4<u32>(c.x), fs, c.y, vec4<u32>(30u, 26u, 22u, 18u)),
+        e2m1_place(vec4<u32>(c.x >> 16u), fs, c.y, vec4<u32>(14u, 10u, 6u, 2u)),
     );
 }
 
-// Four E2M1 codes in the low nibbles of a word's bytes, times a scale.
-fn e2m1_bytes(w: u32, s: f32) -> vec4<f32> {
-    let c = vec4<u32>(w, w >> 8u, w >> 16u, w >> 24u) & vec4<u32>(15u);
-    return e2m1_twice4(c) * (0.5 * s);
+// Eight E2M1 codes in the bytes of a word, as 4× their values: the low nibbles (bytes 0..3),
+// then the high nibbles.
+fn e2m1_nibbles_x4(w: u32) -> Part {
+    let c = e2m1_prepare(w);
+    let field = vec4<u32>(c.x, c.x, c.x >> 16u, c.x >> 16u);
+    return Part(
+        e2m1_place(field, vec4<u32>(22u, 14u, 22u, 14u), c.y, vec4<u32>(30u, 22u, 14u, 6u)),
+        e2m1_place(field, vec4<u32>(18u, 10u, 18u, 10u), c.y, vec4<u32>(26u, 18u, 10u, 2u)),
+    );
 }
 
 // E8M0 scale byte to 2^(e - 127); 0 gives 2^-127 (a subnormal), like the CPU reference.

@@ -6,7 +6,8 @@
 // where the adapter has them (product.wgsl).
 // With MOE, batch item z uses expert ids[z]; a workgroup whose expert lives in another part of
 // the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
-// product; RESIDUAL also adds each result into `resid` (the residual stream).
+// product; RESIDUAL also adds each result into `resid` (the residual stream); NORM_OUT (with
+// NORM, one vector) also writes the norm's output into `normed`, for products that read it next.
 #include "common.wgsl"
 #include DECODER
 
@@ -48,6 +49,9 @@ struct Params {
 #ifdef RESIDUAL
 @group(0) @binding(9) var<storage, read_write> resid: array<f32>;
 #endif
+#ifdef NORM_OUT
+@group(0) @binding(10) var<storage, read_write> normed: array<f32>;
+#endif
 
 const TPR: u32 = WG / RPW;
 #include "product.wgsl"
@@ -58,11 +62,13 @@ fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let u = i >> 2u;
     let j = i & 3u;
     let xp = x_part(at.xb, u * 32u, part_k(j));
-    var s = vec4<f32>(dot_x(load_part(at.w_row, u, j, p.cols), xp), xp.sq, 0.0, 0.0);
+    let w = load_scaled_part(at.w_row, u, j, p.cols);
+    var s = vec4<f32>(dot_x(w.vals, xp) * w.mult, xp.sq, 0.0, 0.0);
 #ifdef MULTI_ROW
     for (var r = 1u; r < RPL; r++) {
         let w_row = at.w_row + min(r, p.rows - 1u - at.row) * p.row_stride;
-        s[r + 1u] = dot_x(load_part(w_row, u, j, p.cols), xp);
+        let wr = load_scaled_part(w_row, u, j, p.cols);
+        s[r + 1u] = dot_x(wr.vals, xp) * wr.mult;
     }
 #endif
     return s;
@@ -86,8 +92,9 @@ fn main(
     let sg_size = 1u;
     let sg_lane = 0u;
 #endif
+    let r_local = lid / TPR;
     let t = lid % TPR;
-    let row = ((wid.x + wid.y * p.groups_x) * RPW + lid / TPR) * RPL;
+    let row = ((wid.x + wid.y * p.groups_x) * RPW + r_local) * RPL;
     let z = wid.z;
     var live = row < p.rows;
     var w_row = p.row_base + row * p.row_stride;
@@ -98,9 +105,21 @@ fn main(
     w_row += (e - p.expert_first) * p.matrix_rows;
     b_row += e * p.bias_stride;
 #endif
-    let at = RowAt(w_row, p.x_offset + (z / p.x_div) * p.x_stride, row);
+    let at = RowAt(w_row, 0u, p.x_offset + (z / p.x_div) * p.x_stride, row);
     let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
+#ifdef NORM_OUT
+    // The lanes of the first rows have summed x² over all of x: they write the norm's output,
+    // multiplied in the order of norm.wgsl.
+    if (wid.x == 0u && wid.y == 0u && r_local == 0u) {
+        let inv = inverseSqrt(s.y / f32(p.cols) + p.eps);
+        for (var c = t; c < p.cols; c += TPR) {
+            let i = at.xb + c;
+            let g = p.norm_offset + c;
+            normed[c] = x[i >> 2u][i & 3u] * inv * norm_w[g >> 2u][g & 3u];
+        }
+    }
+#endif
     if (t == 0u && live) {
         for (var r = 0u; r < min(RPL, p.rows - row); r++) {
             var total = finish(row_dot(s, r), s);

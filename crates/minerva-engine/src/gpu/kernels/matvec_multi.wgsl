@@ -1,12 +1,16 @@
 // Decode products of one input with two or three weights in one dispatch (each weight read
-// through its own decoder instance: load_part_0, load_part_1, load_part_2).
+// through its own decoder instance: load_scaled_part_0, _1, _2).
 //   SPLIT  outputs [0, rows0) from weight 0 into y0, the next rows1 from weight 1 into y1, the
 //          next rows2 from weight 2 into y2 (q, k and v).
 //   GLU    output r = act(W0[r]·x, W1[r]·x) into y0 (gate, up and the activation): SiLU, or
 //          gpt-oss's clamped GLU with OSS.
-// NORM folds an RMSNorm of x into the products (product.wgsl); with BIAS (SPLIT only) each
-// weight's outputs get its bias added. Layout as matvec.wgsl: RPW rows
-// per workgroup of WG threads, the lanes of a row taking its 8-value parts in turn.
+// NORM folds an RMSNorm of x into the products (product.wgsl); with BIAS each weight's outputs
+// get its bias added (GLU: before the activation). GLU output r reads stored rows
+// row_base + r · row_stride of each weight. MOE (GLU only): batch item z = wid.z runs the
+// matrices of expert ids[z] (its x vector z / x_div, its output row z · y_stride, its biases
+// ids[z] · bias_stride on); a workgroup whose expert lives in another part of the weights does
+// nothing, as in matvec.wgsl. Layout as matvec.wgsl: RPW rows per workgroup of WG threads, the
+// lanes of a row taking its 8-value parts in turn.
 struct Params {
     rows0: u32,
     rows1: u32,
@@ -21,9 +25,17 @@ struct Params {
     bias0: u32,         // BIAS: where each weight's bias starts in its buffer
     bias1: u32,
     bias2: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    row_base0: u32,     // GLU
+    row_base1: u32,
+    row_stride0: u32,
+    row_stride1: u32,
+    matrix_rows: u32,   // MOE: stored rows per expert matrix
+    bias_stride: u32,   // MOE: bias values per expert
+    x_stride: u32,      // MOE
+    x_div: u32,
+    y_stride: u32,
+    expert_first: u32,  // MOE: experts [expert_first, expert_first + expert_count) are in this part
+    expert_count: u32,
 }
 
 @group(0) @binding(30) var<storage, read> x: array<vec4<f32>>;
@@ -45,6 +57,9 @@ struct Params {
 @group(0) @binding(38) var<storage, read> b2: array<f32>;
 #endif
 #endif
+#ifdef MOE
+@group(0) @binding(39) var<storage, read> ids: array<u32>;
+#endif
 
 const TPR: u32 = WG / RPW;
 #include "product.wgsl"
@@ -53,20 +68,28 @@ fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let u = i >> 2u;
     let j = i & 3u;
     let c = u * 32u;
-    let row = at.row;
 #ifdef GLU
-    let g = dot_part(load_part_0(row, u, j, p.cols), at.xb, c, part_k_0(j));
-    let v = dot_part(load_part_1(row, u, j, p.cols), at.xb, c, part_k_1(j));
-    return vec4<f32>(g, v.x, 0.0);
+    let gw = load_scaled_part_0(at.w_row, u, j, p.cols);
+    let uw = load_scaled_part_1(at.up_row, u, j, p.cols);
+    let g = dot_part(gw.vals, at.xb, c, part_k_0(j));
+    let v = dot_part(uw.vals, at.xb, c, part_k_1(j));
+    return vec4<f32>(g.x * gw.mult, g.y, v.x * uw.mult, 0.0);
 #else
+    let row = at.row;
     if (row < p.rows0) {
-        return vec4<f32>(dot_part(load_part_0(row, u, j, p.cols), at.xb, c, part_k_0(j)), 0.0, 0.0);
+        let w = load_scaled_part_0(row, u, j, p.cols);
+        let d = dot_part(w.vals, at.xb, c, part_k_0(j));
+        return vec4<f32>(d.x * w.mult, d.y, 0.0, 0.0);
     }
     if (row < p.rows0 + p.rows1) {
-        return vec4<f32>(dot_part(load_part_1(row - p.rows0, u, j, p.cols), at.xb, c, part_k_1(j)), 0.0, 0.0);
+        let w = load_scaled_part_1(row - p.rows0, u, j, p.cols);
+        let d = dot_part(w.vals, at.xb, c, part_k_1(j));
+        return vec4<f32>(d.x * w.mult, d.y, 0.0, 0.0);
     }
 #ifdef THREE
-    return vec4<f32>(dot_part(load_part_2(row - p.rows0 - p.rows1, u, j, p.cols), at.xb, c, part_k_2(j)), 0.0, 0.0);
+    let w = load_scaled_part_2(row - p.rows0 - p.rows1, u, j, p.cols);
+    let d = dot_part(w.vals, at.xb, c, part_k_2(j));
+    return vec4<f32>(d.x * w.mult, d.y, 0.0, 0.0);
 #else
     return vec4<f32>(0.0);
 #endif
@@ -88,25 +111,42 @@ fn main(
 #endif
     let t = lid % TPR;
     let row = (wid.x + wid.y * p.groups_x) * RPW + lid / TPR;
-    let at = RowAt(0u, p.x_offset, row);
 #ifdef GLU
-    let live = row < p.rows0;
+    var live = row < p.rows0;
+    var expert = 0u;
+    var xb = p.x_offset;
+#ifdef MOE
+    expert = ids[wid.z];
+    live = live && expert >= p.expert_first && expert < p.expert_first + p.expert_count;
+    xb += (wid.z / p.x_div) * p.x_stride;
+#endif
+    // Stored rows of this part: matrices from the part's first expert on.
+    let m = (expert - p.expert_first) * p.matrix_rows;
+    let w_rows = vec2<u32>(p.row_base0 + row * p.row_stride0, p.row_base1 + row * p.row_stride1) + m;
+    let at = RowAt(w_rows.x, w_rows.y, xb, row);
 #else
     let live = row < p.rows0 + p.rows1 + p.rows2;
+    let at = RowAt(0u, 0u, p.x_offset, row);
 #endif
     let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
     if (t == 0u && live) {
 #ifdef GLU
         // Σx² rides along with the gate's sums (y); z holds the up product.
-        let gt = finish(s.x, s);
-        let ut = finish(s.z, s);
+        var gt = finish(s.x, s);
+        var ut = finish(s.z, s);
+#ifdef BIAS
+        let b = expert * p.bias_stride + row;
+        gt += b0[p.bias0 + b];
+        ut += b1[p.bias1 + b];
+#endif
+        let o = wid.z * p.y_stride + row;
 #ifdef OSS
         let gc = min(gt, p.limit);
         let uc = clamp(ut, -p.limit, p.limit);
-        y0[row] = (uc + 1.0) * gc / (1.0 + exp(-p.alpha * gc));
+        y0[o] = (uc + 1.0) * gc / (1.0 + exp(-p.alpha * gc));
 #else
-        y0[row] = gt / (1.0 + exp(-gt)) * ut;
+        y0[o] = gt / (1.0 + exp(-gt)) * ut;
 #endif
 #else
         let total = finish(s.x, s);

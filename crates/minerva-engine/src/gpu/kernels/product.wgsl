@@ -10,9 +10,11 @@
 // every value of x anyway, so they also sum x² on the way: the norm costs no dispatch and no
 // pass of its own.
 
-// Where a row's work is: its stored weight row, its x vector, its output row.
+// Where a row's work is: its stored weight row (and the second weight's, for the gate/up
+// product), its x vector, its output row.
 struct RowAt {
     w_row: u32,
+    up_row: u32,
     xb: u32,
     row: u32,
 }

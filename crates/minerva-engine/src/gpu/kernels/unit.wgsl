@@ -4,6 +4,19 @@
 // Decode products read parts, so that four neighbouring lanes share a unit and their loads of
 // weights and of x fall on neighbouring addresses; prefill tiles and embedding rows read units.
 
+#ifdef SCALED_PARTS
+// Decoders with SCALED_PARTS define `load_scaled_part` instead (values and the multiplier the
+// products apply once per part); the others' parts carry a multiplier of 1.
+fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
+    let p = load_scaled_part(row, u, j, cols);
+    return Part(p.vals[0] * p.mult, p.vals[1] * p.mult);
+}
+#else
+fn load_scaled_part(row: u32, u: u32, j: u32, cols: u32) -> ScaledPart {
+    return ScaledPart(load_part(row, u, j, cols), 1.0);
+}
+#endif
+
 // The unit's vec4 indices that part j holds.
 fn part_k(j: u32) -> vec2<u32> {
     if (PART_SPLIT) {

@@ -15,13 +15,12 @@ fn w0_u16(b: u32) -> u32 {
 }
 
 // Four bytes from any byte offset. Without a branch: lanes reading blocks of alternating
-// alignment (Q4_0's 18 bytes) would otherwise run both paths.
+// alignment (Q4_0's 18 bytes) would otherwise run both paths. The high word moves by 32 - s in
+// two shifts, so that s = 0 shifts it out entirely with no select.
 fn w0_word(b: u32) -> u32 {
     let i = b >> 2u;
     let s = (b & 3u) * 8u;
-    let lo = w0[i];
-    let hi = w0[i + 1u];
-    return select((lo >> s) | (hi << ((32u - s) & 31u)), lo, s == 0u);
+    return (w0[i] >> s) | ((w0[i + 1u] << 1u) << (31u - s));
 }
 
 fn w0_f16(b: u32) -> f32 {
