@@ -1206,6 +1206,16 @@ impl Backend for GpuBackend {
                 let (wg, wu) = (items[0].0, items[1].0);
                 if self.weight(wg)?.rows == self.weight(wu)?.rows {
                     self.pending.pop();
+                    // The norm is dispatched on its own instead of folded in: folded, its
+                    // weights and x² cost this product more than the norm's own dispatch
+                    // (benches/GPU.md, entry 43).
+                    let norm = match norm {
+                        Some(d) if self.deferred == Some(d) => {
+                            self.materialize()?;
+                            None
+                        }
+                        other => other,
+                    };
                     let op = Self::glu_op(act);
                     let key = key!(
                         "gate+up+act",
