@@ -475,7 +475,11 @@ fn run_matmul(
         Kernel::Tile(_) => false,
         Kernel::Coop | Kernel::Chosen => ctx.caps.matrix_cores,
     };
-    let tol = if on_matrix_cores { TOL_F16_INPUTS } else { 2e-5 };
+    let tol = if on_matrix_cores {
+        TOL_F16_INPUTS
+    } else {
+        2e-5
+    };
     MatmulRun {
         label,
         rows,

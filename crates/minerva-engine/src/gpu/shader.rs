@@ -24,7 +24,10 @@ const SOURCES: &[(&str, &str)] = &[
     ("product.wgsl", include_str!("kernels/product.wgsl")),
     ("matmul.wgsl", include_str!("kernels/matmul.wgsl")),
     ("matmul_coop.wgsl", include_str!("kernels/matmul_coop.wgsl")),
-    ("coop_weights.wgsl", include_str!("kernels/coop_weights.wgsl")),
+    (
+        "coop_weights.wgsl",
+        include_str!("kernels/coop_weights.wgsl"),
+    ),
     ("coop_inputs.wgsl", include_str!("kernels/coop_inputs.wgsl")),
     (
         "matmul_tiles.wgsl",
@@ -355,7 +358,10 @@ mod tests {
         let row = ("load", true);
         let store = ("store", false);
         let plain = matrix_accesses(&spirv("matmul_coop.wgsl", &Defines::new()));
-        assert_eq!(plain, [row, row, column, column, store, store, store, store]);
+        assert_eq!(
+            plain,
+            [row, row, column, column, store, store, store, store]
+        );
         let bias = defines(&[("BIAS", String::new())]);
         let biased = matrix_accesses(&spirv("matmul_coop.wgsl", &bias));
         assert_eq!(
