@@ -40,12 +40,13 @@ fn scale_q3k(s: u32, i: u32) -> f32 {
     let a0 = w0_word(s);
     let a1 = w0_word(s + 4u);
     let t = w0_word(s + 8u);
-    // Scales 0–3: low nibbles of a0; 4–7: of a1; 8–11: high nibbles of a0; 12–15: of a1; their
-    // top two bits are bits 2q, 2q + 1 of t's bytes (q = i / 4). Without a switch: NVIDIA's
-    // Vulkan compiler decoded Q3_K wrongly through one.
-    let q = i / 4u;
-    let low = (select(a0, a1, (q & 1u) == 1u) >> (4u * (q >> 1u))) & 0x0F0F0F0Fu;
-    let w = low | (((t >> (2u * q)) & 0x03030303u) << 4u);
+    var w: u32;
+    switch (i / 4u) {
+        case 0u: { w = (a0 & 0x0F0F0F0Fu) | ((t & 0x03030303u) << 4u); }
+        case 1u: { w = (a1 & 0x0F0F0F0Fu) | (((t >> 2u) & 0x03030303u) << 4u); }
+        case 2u: { w = ((a0 >> 4u) & 0x0F0F0F0Fu) | (((t >> 4u) & 0x03030303u) << 4u); }
+        default: { w = ((a1 >> 4u) & 0x0F0F0F0Fu) | (((t >> 6u) & 0x03030303u) << 4u); }
+    }
     return f32(i32((w >> (8u * (i % 4u))) & 0xFFu) - 32);
 }
 
