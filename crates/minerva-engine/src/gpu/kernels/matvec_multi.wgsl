@@ -69,27 +69,20 @@ fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let j = i & 3u;
     let c = u * 32u;
 #ifdef GLU
-    let gw = load_scaled_part_0(at.w_row, u, j, p.cols);
-    let uw = load_scaled_part_1(at.up_row, u, j, p.cols);
-    let g = dot_part(gw.vals, at.xb, c, part_k_0(j));
-    let v = dot_part(uw.vals, at.xb, c, part_k_1(j));
-    return vec4<f32>(g.x * gw.mult, g.y, v.x * uw.mult, 0.0);
+    let g = dot_part(load_scaled_part_0(at.w_row, u, j, p.cols), at.xb, c, part_k_0(j));
+    let v = dot_part(load_scaled_part_1(at.up_row, u, j, p.cols), at.xb, c, part_k_1(j));
+    return vec4<f32>(g.xy, v.x, 0.0);
 #else
     let row = at.row;
     if (row < p.rows0) {
-        let w = load_scaled_part_0(row, u, j, p.cols);
-        let d = dot_part(w.vals, at.xb, c, part_k_0(j));
-        return vec4<f32>(d.x * w.mult, d.y, 0.0, 0.0);
+        return dot_part(load_scaled_part_0(row, u, j, p.cols), at.xb, c, part_k_0(j));
     }
     if (row < p.rows0 + p.rows1) {
-        let w = load_scaled_part_1(row - p.rows0, u, j, p.cols);
-        let d = dot_part(w.vals, at.xb, c, part_k_1(j));
-        return vec4<f32>(d.x * w.mult, d.y, 0.0, 0.0);
+        return dot_part(load_scaled_part_1(row - p.rows0, u, j, p.cols), at.xb, c, part_k_1(j));
     }
 #ifdef THREE
-    let w = load_scaled_part_2(row - p.rows0 - p.rows1, u, j, p.cols);
-    let d = dot_part(w.vals, at.xb, c, part_k_2(j));
-    return vec4<f32>(d.x * w.mult, d.y, 0.0, 0.0);
+    let r2 = row - p.rows0 - p.rows1;
+    return dot_part(load_scaled_part_2(r2, u, j, p.cols), at.xb, c, part_k_2(j));
 #else
     return vec4<f32>(0.0);
 #endif

@@ -89,11 +89,11 @@ fn dot_x(w: Part, xp: XPart) -> f32 {
     return dot(w[0], xp.a) + dot(w[1], xp.b);
 }
 
-// Part `w` of the unit starting at column c (its vec4 indices k) against x at xb:
-// (dot product, Σx² of the x values read).
-fn dot_part(w: Part, xb: u32, c: u32, k: vec2<u32>) -> vec2<f32> {
+// Part `w` of the unit starting at column c (its vec4 indices k) against x at xb, as the sums
+// part_value returns: (dot product times the part's multiplier, Σx² of the x values read, 0, 0).
+fn dot_part(w: ScaledPart, xb: u32, c: u32, k: vec2<u32>) -> vec4<f32> {
     let xp = x_part(xb, c, k);
-    return vec2<f32>(dot_x(w, xp), xp.sq);
+    return vec4<f32>(dot_x(w.vals, xp) * w.mult, xp.sq, 0.0, 0.0);
 }
 
 // A row's dot product d from its reduced sums s: divided by rms(x) with NORM.
