@@ -1350,39 +1350,46 @@ fn products_fold_the_norm_and_the_residual_add() {
         let mag_resid: Vec<f32> = (0..rows).map(|r| mag[r] + resid0[r].abs()).collect();
         assert_dots_close("residual stream", &resid, &with_resid, &mag_resid, 2e-5);
 
-        // The same product also writing the norm's output (the MoE router's fold), with 45 rows
-        // over 12 workgroups.
-        let hb = ctx.storage("normed", (cols * 4) as u64);
-        let d = ops
-            .matvec(
-                &ws[0],
-                &MatSel::whole(&ws[0]),
-                Region::new(&xb, 0, cols as u32),
-                Region::new(&yb, 0, rows as u32),
-                1,
-                None,
-                None,
-                Folds {
-                    norm,
-                    residual: None,
-                    normed: Some(&hb),
-                },
-            )
-            .unwrap();
-        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
-        assert_dots_close(
-            "product writing the norm",
-            &ctx.read_f32(&yb, 0, rows).unwrap(),
-            &want,
-            &mag,
-            2e-5,
-        );
-        assert_close(
-            "norm's output",
-            &ctx.read_f32(&hb, 0, cols).unwrap(),
-            &normed,
-            1e-5,
-        );
+        // The same product also writing the norm's output (the MoE router's fold): 45 rows over
+        // 12 workgroups (the 11 whole ones write it), and the first 3 rows, fewer than one
+        // workgroup holds (their lanes write it).
+        for out_dim in [rows, 3] {
+            let hb = ctx.storage("normed", (cols * 4) as u64);
+            let sel = MatSel {
+                out_dim,
+                ..MatSel::whole(&ws[0])
+            };
+            let d = ops
+                .matvec(
+                    &ws[0],
+                    &sel,
+                    Region::new(&xb, 0, cols as u32),
+                    Region::new(&yb, 0, out_dim as u32),
+                    1,
+                    None,
+                    None,
+                    Folds {
+                        norm,
+                        residual: None,
+                        normed: Some(&hb),
+                    },
+                )
+                .unwrap();
+            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+            assert_dots_close(
+                &format!("product of {out_dim} rows writing the norm"),
+                &ctx.read_f32(&yb, 0, out_dim).unwrap(),
+                &want[..out_dim],
+                &mag[..out_dim],
+                2e-5,
+            );
+            assert_close(
+                &format!("norm's output beside {out_dim} rows"),
+                &ctx.read_f32(&hb, 0, cols).unwrap(),
+                &normed,
+                1e-5,
+            );
+        }
 
         // Two weights split, with the norm folded in and biases added, and gate/up/act.
         let outs: Vec<wgpu::Buffer> = (0..2)

@@ -109,12 +109,24 @@ fn main(
     let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
 #ifdef NORM_OUT
-    // The lanes of the first workgroup's live rows have each summed x² over all of x: they
-    // share writing the norm's output, multiplied in the order of norm.wgsl.
-    let groups = min(RPW, (p.rows + RPL - 1u) / RPL);
-    if (wid.x == 0u && wid.y == 0u && r_local < groups) {
+    // Every lane of a live row has summed x² over all of x: the workgroups whose rows are all
+    // live share writing the norm's output (each thread a value or two: a loop over many would
+    // wait on its loads in turn), multiplied in the order of norm.wgsl. With fewer rows than a
+    // workgroup holds, the first workgroup's live rows write it all.
+    let group = wid.x + wid.y * p.groups_x;
+    let full = p.rows / (RPW * RPL);
+    var writes = group < full;
+    var first = group * WG + lid;
+    var stride = full * WG;
+    if (full == 0u) {
+        let groups = (p.rows + RPL - 1u) / RPL;
+        writes = group == 0u && r_local < groups;
+        first = lid;
+        stride = groups * TPR;
+    }
+    if (writes) {
         let inv = inverseSqrt(s.y / f32(p.cols) + p.eps);
-        for (var c = lid; c < p.cols; c += groups * TPR) {
+        for (var c = first; c < p.cols; c += stride) {
             let i = at.xb + c;
             let g = p.norm_offset + c;
             normed[c] = x[i >> 2u][i & 3u] * inv * norm_w[g >> 2u][g & 3u];
