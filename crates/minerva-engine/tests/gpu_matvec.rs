@@ -1285,3 +1285,326 @@ fn expert_gate_up_and_activation_in_one_product() {
         }
     }
 }
+
+/// What the int8 decode products (Q4_0, Q8_0 with int8 x) may differ from the exact product:
+/// each x value moves by at most half its part's step max|x| / 127 (parts of 8 values: vec4s j
+/// and j + 4 of a unit for Q4_0, 2j and 2j + 1 for Q8_0), so row r by at most
+/// Σ_c |w[r][c]| · max|x of c's part| / 254; 1 % more for the rounding of the step itself.
+fn int8_bounds(dtype: DType, w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let part_of = |c: usize| {
+        let k = c % 32;
+        let j = if dtype == DType::Q4_0 { k % 16 / 4 } else { k / 8 };
+        c / 32 * 4 + j
+    };
+    let mut amax = vec![0f32; cols / 8];
+    for (c, v) in x.iter().enumerate() {
+        amax[part_of(c)] = amax[part_of(c)].max(v.abs());
+    }
+    (0..rows)
+        .map(|r| {
+            let moved: f64 = (0..cols)
+                .map(|c| (w[r * cols + c].abs() * amax[part_of(c)]) as f64 / 254.0)
+                .sum();
+            (moved * 1.01) as f32
+        })
+        .collect()
+}
+
+/// Asserts the int8 products' results lie within their bounds of the exact ones (with f32
+/// rounding), and that some do not match the exact ones to f32 rounding: the int8 path ran.
+fn assert_int8_close(what: &str, got: &[f32], want: &[f32], mag: &[f32], bound: &[f32]) {
+    let f32_tol = |i: usize| 2e-5 * (1.0 + mag[i]);
+    for i in 0..got.len() {
+        assert!(
+            (got[i] - want[i]).abs() <= bound[i] + f32_tol(i) && got[i].is_finite(),
+            "{what}: element {i} is {}, expected {} within {} (terms' magnitude {})",
+            got[i],
+            want[i],
+            bound[i],
+            mag[i]
+        );
+    }
+    assert!(
+        (0..got.len()).any(|i| (got[i] - want[i]).abs() > f32_tol(i)),
+        "{what}: every result matches the exact product to f32 rounding"
+    );
+}
+
+/// x of `cols` values with unit 1 all zero (parts whose step is 0).
+fn x_with_zero_unit(cols: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut x: Vec<f32> = rng.vec(cols).iter().map(|v| 2.0 * v + 0.3).collect();
+    x[32..64].fill(0.0);
+    x
+}
+
+/// Q4_0 and Q8_0 decode products with int8 x (DOT_I8) against the CPU: plain with 1 to 3 rows
+/// per lane, a bias, a batch of two vectors, the folded norm and residual add.
+#[test]
+fn int8_products_match_the_cpu_within_the_quantization_of_x() {
+    let Some(ctx) = shared() else { return };
+    let mut ops = Ops::new(ctx.clone());
+    ops.set_int8_products(true);
+    let mut rng = Rng::new(21);
+    // 45 rows: not a multiple of the 4 · (1 to 3) rows of a workgroup. 2336 values are 73
+    // units: rows' lanes end on different parts of a unit.
+    let rows = 45;
+    for dtype in [DType::Q4_0, DType::Q8_0] {
+        for cols in [96usize, 2336] {
+            let s = make(dtype, rows, cols, &mut rng);
+            let w_ref = s.reference().unwrap();
+            let w = GpuWeight::upload(&ctx, &s.view(vec![rows, cols]), 1).unwrap();
+            let xs = [
+                x_with_zero_unit(cols, &mut rng),
+                x_with_zero_unit(cols, &mut rng),
+            ];
+            let mut xv = vec![0f32; 3];
+            xv.extend(xs.iter().flatten());
+            let xb = ctx.storage_with("x", &xv);
+            let bias = rng.vec(rows + 5);
+            let bb = ctx.storage_with("bias", &bias);
+            let yb = ctx.storage("y", (2 * rows * 4) as u64);
+            for rpl in 1..=3 {
+                ops.set_rows_per_lane(rpl);
+                let d = ops
+                    .matvec(
+                        &w,
+                        &MatSel::whole(&w),
+                        Region::new(&xb, 3, cols as u32),
+                        Region::new(&yb, 0, rows as u32),
+                        2,
+                        Some(Bias {
+                            buf: &bb,
+                            offset: 5,
+                            expert_stride: 0,
+                        }),
+                        None,
+                        Folds::default(),
+                    )
+                    .unwrap();
+                assert!(d.iter().all(|d| d.label.ends_with(" int8")), "{}", d[0].label);
+                ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                for (b, x) in xs.iter().enumerate() {
+                    let (mut want, mag) = cpu_matmul(&w_ref, x, rows, cols, 1);
+                    for (r, v) in want.iter_mut().enumerate() {
+                        *v += bias[5 + r];
+                    }
+                    let got = ctx.read_f32(&yb, b * rows, rows).unwrap();
+                    let bound = int8_bounds(dtype, &w_ref, x, rows, cols);
+                    let what = format!("{} × {cols}, {rpl} rows per lane, vector {b}", dtype.name());
+                    assert_int8_close(&what, &got, &want, &mag, &bound);
+                }
+            }
+
+            // The norm folded in, adding into a residual stream.
+            let x = &xs[0];
+            let g = rng.vec(cols);
+            let eps = 1e-5;
+            let rms =
+                (x.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64 + eps as f64).sqrt();
+            let normed: Vec<f32> = (0..cols)
+                .map(|c| (x[c] as f64 * g[c] as f64 / rms) as f32)
+                .collect();
+            let gb = ctx.storage_with("norm weights", &g);
+            let resid0 = rng.vec(rows);
+            let rb = ctx.storage_with("residual", &resid0);
+            for rpl in [1, 3] {
+                ops.set_rows_per_lane(rpl);
+                ctx.queue.write_buffer(&rb, 0, bytemuck::cast_slice(&resid0));
+                let folds = Folds {
+                    norm: Some(NormFold {
+                        buf: &gb,
+                        offset: 0,
+                        eps,
+                    }),
+                    residual: Some(&rb),
+                    normed: None,
+                };
+                let d = ops
+                    .matvec(
+                        &w,
+                        &MatSel::whole(&w),
+                        Region::new(&xb, 3, cols as u32),
+                        Region::new(&yb, 0, rows as u32),
+                        1,
+                        None,
+                        None,
+                        folds,
+                    )
+                    .unwrap();
+                assert!(d[0].label.ends_with(" int8"), "{}", d[0].label);
+                ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                let (want, mag) = cpu_matmul(&w_ref, &normed, rows, cols, 1);
+                let bound = int8_bounds(dtype, &w_ref, &normed, rows, cols);
+                let what = format!("{} × {cols} normed, {rpl} rows per lane", dtype.name());
+                let got = ctx.read_f32(&yb, 0, rows).unwrap();
+                assert_int8_close(&what, &got, &want, &mag, &bound);
+                let resid = ctx.read_f32(&rb, 0, rows).unwrap();
+                let with_resid: Vec<f32> = (0..rows).map(|r| resid0[r] + want[r]).collect();
+                let mag_resid: Vec<f32> = (0..rows).map(|r| mag[r] + resid0[r].abs()).collect();
+                assert_int8_close(
+                    &format!("{what}: residual"),
+                    &resid,
+                    &with_resid,
+                    &mag_resid,
+                    &bound,
+                );
+            }
+        }
+    }
+}
+
+/// The int8 products of two and three weights in one dispatch: q/k/v-style split outputs of
+/// Q4_0 and Q8_0 weights (the norm folded in, biases added), and gate/up with SwiGLU or
+/// gpt-oss's clamped GLU; and that other dtypes, or a gate and up of different dtypes, keep the
+/// f32 products.
+#[test]
+fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
+    let Some(ctx) = shared() else { return };
+    let exact = Ops::new(ctx.clone());
+    let mut ops = Ops::new(ctx.clone());
+    ops.set_int8_products(true);
+    let mut rng = Rng::new(22);
+    for cols in [96usize, 2336] {
+        let stored = [
+            make(DType::Q4_0, 45, cols, &mut rng),
+            make(DType::Q8_0, 13, cols, &mut rng),
+            make(DType::Q4_0, 7, cols, &mut rng),
+            make(DType::Q8_0, 45, cols, &mut rng),
+            make(DType::Q4_0, 45, cols, &mut rng),
+            make(DType::Q8_0, 45, cols, &mut rng),
+        ];
+        let refs: Vec<Vec<f32>> = stored.iter().map(|s| s.reference().unwrap()).collect();
+        let ws: Vec<GpuWeight> = stored
+            .iter()
+            .map(|s| GpuWeight::upload(&ctx, &s.view(vec![s.rows, cols]), 1).unwrap())
+            .collect();
+        let x = x_with_zero_unit(cols, &mut rng);
+        let g = rng.vec(cols + 1);
+        let eps = 1e-5;
+        let rms = (x.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64 + eps as f64).sqrt();
+        let normed: Vec<f32> = (0..cols)
+            .map(|c| (x[c] as f64 * g[1 + c] as f64 / rms) as f32)
+            .collect();
+        let xb = ctx.storage_with("x", &x);
+        let gb = ctx.storage_with("norm weights", &g);
+        let norm = Some(NormFold {
+            buf: &gb,
+            offset: 1,
+            eps,
+        });
+        let xr = Region::new(&xb, 0, 0);
+        // Exact products and the bounds of the int8 ones, of weight i against the normed x.
+        let products = |i: usize| {
+            let s = &stored[i];
+            let (want, mag) = cpu_matmul(&refs[i], &normed, s.rows, cols, 1);
+            let bound = int8_bounds(s.dtype, &refs[i], &normed, s.rows, cols);
+            (want, mag, bound)
+        };
+
+        let outs: Vec<wgpu::Buffer> = (0..3)
+            .map(|i| ctx.storage("y", (stored[i].rows * 4) as u64))
+            .collect();
+        let bias = rng.vec(120);
+        let bb = ctx.storage_with("biases", &bias);
+        let biases = [3u32, 50, 70].map(|offset| Bias {
+            buf: &bb,
+            offset,
+            expert_stride: 0,
+        });
+        let d = ops
+            .matvec_multi(
+                &[&ws[0], &ws[1], &ws[2]],
+                xr,
+                &[&outs[0], &outs[1], &outs[2]],
+                Multi::Split,
+                norm,
+                &biases,
+            )
+            .unwrap();
+        assert!(d.label.ends_with(" int8"), "{}", d.label);
+        ctx.submit(&[&d]).unwrap();
+        for i in 0..3 {
+            let (mut want, mag, bound) = products(i);
+            for (r, v) in want.iter_mut().enumerate() {
+                *v += bias[biases[i].offset as usize + r];
+            }
+            let got = ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap();
+            let what = format!("{cols} columns: split output {i}");
+            assert_int8_close(&what, &got, &want, &mag, &bound);
+        }
+
+        for (gate, up) in [(0, 4), (3, 5)] {
+            let (gt, gmag, gbound) = products(gate);
+            let (ut, umag, ubound) = products(up);
+            for op in [
+                Eltwise::SwiGlu,
+                Eltwise::GluOss {
+                    alpha: 1.702,
+                    limit: 7.0,
+                },
+            ] {
+                let yb = ctx.storage("act", (45 * 4) as u64);
+                let d = ops
+                    .matvec_multi(&[&ws[gate], &ws[up]], xr, &[&yb], Multi::Glu(op), norm, &[])
+                    .unwrap();
+                assert!(d.label.ends_with(" int8"), "{}", d.label);
+                ctx.submit(&[&d]).unwrap();
+                let got = ctx.read_f32(&yb, 0, 45).unwrap();
+                let d = exact
+                    .matvec_multi(&[&ws[gate], &ws[up]], xr, &[&yb], Multi::Glu(op), norm, &[])
+                    .unwrap();
+                ctx.submit(&[&d]).unwrap();
+                let f32_got = ctx.read_f32(&yb, 0, 45).unwrap();
+                assert_ne!(got, f32_got, "{cols} columns, {op:?}: int8 results as the f32 ones");
+                for r in 0..45 {
+                    let want = match op {
+                        Eltwise::SwiGlu => gt[r] / (1.0 + (-gt[r]).exp()) * ut[r],
+                        _ => {
+                            let gc = gt[r].min(7.0);
+                            (ut[r].clamp(-7.0, 7.0) + 1.0) * gc / (1.0 + (-1.702 * gc).exp())
+                        }
+                    };
+                    // Both activations are f(g)·h(u) with |f'| ≤ 1.23, |f(g)| ≤ |g|, |h'| ≤ 1
+                    // and |h(u)| ≤ |u| + 1.
+                    let f32_tol = 1e-4 * (1.0 + gmag[r]) * (1.0 + umag[r]);
+                    let tol = 1.23 * gbound[r] * (ut[r].abs() + 1.0 + ubound[r])
+                        + (gt[r].abs() + gbound[r]) * ubound[r]
+                        + f32_tol;
+                    assert!(
+                        (got[r] - want).abs() <= tol,
+                        "{cols} columns, {} gate, {op:?} row {r}: {} vs {want} within {tol}",
+                        stored[gate].dtype.name(),
+                        got[r]
+                    );
+                }
+            }
+        }
+
+        // A gate and up of different dtypes, and other dtypes, keep the f32 products.
+        let yb = ctx.storage("act", (45 * 4) as u64);
+        let d = ops
+            .matvec_multi(
+                &[&ws[0], &ws[3]],
+                xr,
+                &[&yb],
+                Multi::Glu(Eltwise::SwiGlu),
+                None,
+                &[],
+            )
+            .unwrap();
+        assert!(!d.label.ends_with(" int8"), "{}", d.label);
+        let f16 = make(DType::F16, 5, cols, &mut rng);
+        let wf = GpuWeight::upload(&ctx, &f16.view(vec![5, cols]), 1).unwrap();
+        let d = ops
+            .matvec_multi(
+                &[&ws[0], &wf],
+                xr,
+                &[&outs[0], &outs[1]],
+                Multi::Split,
+                None,
+                &[],
+            )
+            .unwrap();
+        assert!(!d.label.ends_with(" int8"), "{}", d.label);
+    }
+}

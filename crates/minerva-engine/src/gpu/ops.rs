@@ -9,6 +9,7 @@ use super::pipelines::{Dispatch, Pipelines};
 use super::shader::{defines, Defines};
 use super::weights::{GpuWeight, WeightPart};
 use bytemuck::{Pod, Zeroable};
+use minerva_formats::DType;
 use std::sync::Arc;
 
 /// Per-step values every kernel may read, written once per step.
@@ -680,6 +681,16 @@ impl KvCache {
     }
 }
 
+/// What folds into a `matvec_multi.wgsl` product besides its weights and mode.
+#[derive(Clone, Copy)]
+struct MultiFlags {
+    norm: bool,
+    bias: bool,
+    experts: bool,
+    /// Int8 x (DOT_I8).
+    int8: bool,
+}
+
 pub struct Ops {
     pub ctx: Arc<GpuContext>,
     pipelines: Arc<Pipelines>,
@@ -690,6 +701,8 @@ pub struct Ops {
     /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads; None:
     /// `rows_per_lane` chooses.
     rows_per_lane: Option<u32>,
+    /// Decode products of Q4_0 and Q8_0 weights take int8 x (`GpuContext::int8_products`).
+    int8_products: bool,
 }
 
 /// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
@@ -716,11 +729,12 @@ pub fn rows_per_lane(outputs: u32) -> u32 {
 impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
         Ops {
-            ctx,
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
             in_flight: IN_FLIGHT,
             rows_per_lane: None,
+            int8_products: ctx.int8_products,
+            ctx,
         }
     }
 
@@ -740,6 +754,22 @@ impl Ops {
     /// them against each other.
     pub fn set_rows_per_lane(&mut self, rows: u32) {
         self.rows_per_lane = Some(rows.clamp(1, 3));
+    }
+
+    /// Turns the int8 decode products of Q4_0 and Q8_0 weights on or off (f32 products, as
+    /// exact as the other dtypes').
+    pub fn set_int8_products(&mut self, on: bool) {
+        self.int8_products = on;
+    }
+
+    /// Whether a decode product over `weights` takes int8 x (DOT_I8): every weight Q4_0 or
+    /// Q8_0, and with `one_x` (GLU: both weights meet the same quantized x) of one dtype.
+    fn dot_i8(&self, weights: &[&GpuWeight], one_x: bool) -> bool {
+        self.int8_products
+            && weights
+                .iter()
+                .all(|w| matches!(w.dtype, DType::Q4_0 | DType::Q8_0))
+            && (!one_x || weights.iter().all(|w| w.dtype == weights[0].dtype))
     }
 
     fn pipeline(
@@ -898,6 +928,9 @@ impl Ops {
             bias.is_some(),
             rpl,
         );
+        if self.dot_i8(&[w], false) {
+            d.insert("DOT_I8".into(), String::new());
+        }
         if folds.norm.is_some() {
             d.insert("NORM".into(), String::new());
         }
@@ -1016,8 +1049,13 @@ impl Ops {
             return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
         }
         let decoders: Vec<Defines> = weights.iter().map(|w| w.decoder()).collect();
-        let pipe =
-            self.multi_pipeline(decoders, mode, norm.is_some(), !biases.is_empty(), false)?;
+        let flags = MultiFlags {
+            norm: norm.is_some(),
+            bias: !biases.is_empty(),
+            experts: false,
+            int8: self.dot_i8(weights, glu),
+        };
+        let pipe = self.multi_pipeline(decoders, mode, flags)?;
         let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
         let total = if glu { rows[0] } else { rows.iter().sum() };
         let (gx, gy) = grid2(total.div_ceil(self.product_shape.1));
@@ -1060,11 +1098,9 @@ impl Ops {
     /// The pipeline of `matvec_multi.wgsl` for weights read through `decoders`.
     fn multi_pipeline(
         &self,
-        decoders: Vec<Defines>,
+        mut decoders: Vec<Defines>,
         mode: Multi,
-        norm: bool,
-        bias: bool,
-        experts: bool,
+        flags: MultiFlags,
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let mut d = self.product_defines(matches!(mode, Multi::Glu(_)));
         let mut flag = |f: &str| d.insert(f.into(), String::new());
@@ -1082,9 +1118,26 @@ impl Ops {
                 }
             }
         }
-        for (on, f) in [(norm, "NORM"), (bias, "BIAS"), (experts, "MOE")] {
+        let MultiFlags {
+            norm,
+            bias,
+            experts,
+            int8,
+        } = flags;
+        for (on, f) in [
+            (norm, "NORM"),
+            (bias, "BIAS"),
+            (experts, "MOE"),
+            (int8, "DOT_I8"),
+        ] {
             if on {
                 flag(f);
+            }
+        }
+        if int8 {
+            // The decoder instances define their int8 dot products.
+            for dec in &mut decoders {
+                dec.insert("DOT_I8".into(), String::new());
             }
         }
         self.pipelines
@@ -1131,7 +1184,13 @@ impl Ops {
             return bad("biases of different strides");
         }
         let decoders = vec![self.weight_defines(gw, gs), self.weight_defines(uw, us)];
-        let pipe = self.multi_pipeline(decoders, Multi::Glu(act), false, biases.is_some(), true)?;
+        let flags = MultiFlags {
+            norm: false,
+            bias: biases.is_some(),
+            experts: true,
+            int8: self.dot_i8(&[gw, uw], true),
+        };
+        let pipe = self.multi_pipeline(decoders, Multi::Glu(act), flags)?;
         let mrows = gw.matrix_rows(gs.input_major);
         let stored = if gs.input_major { gs.in_dim } else { mrows }.max(1);
         let rows = gs.out_dim as u32;

@@ -5,9 +5,15 @@
 use minerva_engine::gpu::{GpuContext, GpuOptions};
 use std::sync::Arc;
 
-/// A device, or None after saying why on stderr. Under CI a missing adapter is a failure.
+/// A device, or None after saying why on stderr. Under CI a missing adapter is a failure. Its
+/// ops take f32 decode products for every dtype, which the kernel tests compare at f32
+/// tolerances (tests of the int8 products turn them on).
 pub fn device() -> Option<GpuContext> {
-    match GpuContext::new(&GpuOptions::default()) {
+    let exact = GpuOptions {
+        kv_f32: true,
+        ..Default::default()
+    };
+    match GpuContext::new(&exact) {
         Ok(c) => {
             eprintln!("GPU: {}", c.describe());
             Some(c)

@@ -2,7 +2,8 @@
 // Layouts (bytes): Q4_0 d:f16 qs[16]; Q4_1 d m qs[16]; Q5_0 d qh:u32 qs[16]; Q5_1 d m qh qs[16];
 // Q8_0 d qs:i8[32]; MXFP4 e:u8 qs[16]. Nibble blocks hold element j in the low nibble of byte j
 // and element j+16 in the high nibble, so part j is word j of qs: its low nibbles are vec4 j of
-// the unit, its high nibbles vec4 j + 4.
+// the unit, its high nibbles vec4 j + 4. With DOT_I8, Q4_0 and Q8_0 parts also take int8 x
+// (`dot_i8_part`, for the decode products).
 #include "common.wgsl"
 #include "weights.wgsl"
 
@@ -78,6 +79,29 @@ fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
     );
 #endif
 }
+#endif
+
+#ifdef DOT_I8
+#ifdef DT_Q4_0
+// Part j against int8 x: its nibbles n stand for n - 8, so the integer dot product is
+// Σ n·q - 8·Σq, with the nibbles as bytes: the low ones meet x vec4 j, the high ones vec4 j + 4.
+fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
+    let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
+    let q = w0_word(b + 2u + 4u * j);
+    let lo = dot4I8Packed(q & 0x0F0F0F0Fu, x.a);
+    let hi = dot4I8Packed((q >> 4u) & 0x0F0F0F0Fu, x.b);
+    return exact_f32(lo + hi - 8 * x.sum) * w0_f16(b);
+}
+#endif
+#ifdef DT_Q8_0
+// Part j against int8 x: its bytes 8j..8j+7 meet x vec4s 2j and 2j + 1.
+fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
+    let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
+    let q = b + 2u + 8u * j;
+    let n = dot4I8Packed(w0_word(q), x.a) + dot4I8Packed(w0_word(q + 4u), x.b);
+    return exact_f32(n) * w0_f16(b);
+}
+#endif
 #endif
 
 #include "unit.wgsl"

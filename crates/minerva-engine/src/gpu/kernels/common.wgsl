@@ -6,6 +6,51 @@ alias Unit = array<vec4<f32>, 8>;
 // A quarter of a unit: 8 of its values as two vec4s, the decode products' grain (unit.wgsl).
 alias Part = array<vec4<f32>, 2>;
 
+// The x values a decode product's part meets (product.wgsl): vec4s of its unit as the part's
+// two vec4s of weights, times the norm's weights with NORM, and Σx² of the raw values (NORM).
+struct XPart {
+    a: vec4<f32>,
+    b: vec4<f32>,
+    sq: f32,
+}
+
+#ifdef DOT_I8
+// A part's x values as int8 for the decoders' integer dot products (`dot_i8_part`): the value
+// v is scale · q with q = round(v / scale) and scale = max|v| / 127 over the part's 8 values;
+// a holds the q of its first vec4 as packed bytes, b the second's, sum Σq.
+struct XQuant {
+    a: u32,
+    b: u32,
+    sum: i32,
+    scale: f32,
+}
+
+// Four values times `inv` rounded to integers, as packed int8. Adding 1.5·2^23 rounds to the
+// nearest integer and leaves it, in two's complement, in the float's low mantissa bits, and
+// pack4xU8 keeps each component's low byte: no float-to-int conversions, which run at a
+// fraction of the arithmetic rate.
+fn pack_i8(v: vec4<f32>, inv: f32) -> u32 {
+    return pack4xU8(bitcast<vec4<u32>>(v * inv + 12582912.0));
+}
+
+fn quantize_part(xp: XPart) -> XQuant {
+    let m = max(abs(xp.a), abs(xp.b));
+    let amax = max(max(m.x, m.y), max(m.z, m.w));
+    // Parts of zeros, or so small that 127 / amax could overflow, contribute nothing.
+    let inv = select(0.0, 127.0 / amax, amax >= 1e-30);
+    let a = pack_i8(xp.a, inv);
+    let b = pack_i8(xp.b, inv);
+    let sum = dot4I8Packed(a, 0x01010101u) + dot4I8Packed(b, 0x01010101u);
+    return XQuant(a, b, sum, amax / 127.0);
+}
+
+// An integer with |n| < 2^22 as f32 without an int-to-float conversion: 1.5·2^23 + n holds n
+// in its low mantissa bits.
+fn exact_f32(n: i32) -> f32 {
+    return bitcast<f32>(n + 0x4B400000) - 12582912.0;
+}
+#endif
+
 fn f16_bits(h: u32) -> f32 {
     return unpack2x16float(h & 0xFFFFu).x;
 }

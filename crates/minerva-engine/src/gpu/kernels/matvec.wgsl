@@ -8,6 +8,8 @@
 // the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
 // product; RESIDUAL also adds each result into `resid` (the residual stream); NORM_OUT (with
 // NORM, one vector) also writes the norm's output into `normed`, for products that read it next.
+// DOT_I8 (Q4_0 and Q8_0 weights) quantizes each part's x values to int8 once for the lane's
+// rows and takes integer dot products (unit.wgsl, common.wgsl).
 #include "common.wgsl"
 #include DECODER
 
@@ -62,13 +64,12 @@ fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let u = i >> 2u;
     let j = i & 3u;
     let xp = x_part(at.xb, u * 32u, part_k(j));
-    let w = load_scaled_part(at.w_row, u, j, p.cols);
-    var s = vec4<f32>(dot_x(w.vals, xp) * w.mult, xp.sq, 0.0, 0.0);
+    let xw = x_for_weights(xp);
+    var s = vec4<f32>(part_dot(at.w_row, u, j, p.cols, xw), xp.sq, 0.0, 0.0);
 #ifdef MULTI_ROW
     for (var r = 1u; r < RPL; r++) {
         let w_row = at.w_row + min(r, p.rows - 1u - at.row) * p.row_stride;
-        let wr = load_scaled_part(w_row, u, j, p.cols);
-        s[r + 1u] = dot_x(wr.vals, xp) * wr.mult;
+        s[r + 1u] = part_dot(w_row, u, j, p.cols, xw);
     }
 #endif
     return s;

@@ -1,5 +1,5 @@
 // Decode products of one input with two or three weights in one dispatch (each weight read
-// through its own decoder instance: load_scaled_part_0, _1, _2).
+// through its own decoder instance: part_dot_0, _1, _2).
 //   SPLIT  outputs [0, rows0) from weight 0 into y0, the next rows1 from weight 1 into y1, the
 //          next rows2 from weight 2 into y2 (q, k and v).
 //   GLU    output r = act(W0[r]·x, W1[r]·x) into y0 (gate, up and the activation): SiLU, or
@@ -10,7 +10,7 @@
 // matrices of expert ids[z] (its x vector z / x_div, its output row z · y_stride, its biases
 // ids[z] · bias_stride on); a workgroup whose expert lives in another part of the weights does
 // nothing, as in matvec.wgsl. Layout as matvec.wgsl: RPW rows per workgroup of WG threads, the
-// lanes of a row taking its 8-value parts in turn.
+// lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl.
 struct Params {
     rows0: u32,
     rows1: u32,
@@ -69,27 +69,31 @@ fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let j = i & 3u;
     let c = u * 32u;
 #ifdef GLU
-    let gw = load_scaled_part_0(at.w_row, u, j, p.cols);
-    let uw = load_scaled_part_1(at.up_row, u, j, p.cols);
-    let g = dot_part(gw.vals, at.xb, c, part_k_0(j));
-    let v = dot_part(uw.vals, at.xb, c, part_k_1(j));
-    return vec4<f32>(g.x * gw.mult, g.y, v.x * uw.mult, 0.0);
+    let xg = x_part(at.xb, c, part_k_0(j));
+    let xw = x_for_weights(xg);
+    let g = part_dot_0(at.w_row, u, j, p.cols, xw);
+#ifdef DOT_I8
+    // Both weights have one dtype (ops.rs): the up weight meets the same int8 x.
+    let v = part_dot_1(at.up_row, u, j, p.cols, xw);
+#else
+    let v = part_dot_1(at.up_row, u, j, p.cols, x_part(at.xb, c, part_k_1(j)));
+#endif
+    return vec4<f32>(g, xg.sq, v, 0.0);
 #else
     let row = at.row;
     if (row < p.rows0) {
-        let w = load_scaled_part_0(row, u, j, p.cols);
-        let d = dot_part(w.vals, at.xb, c, part_k_0(j));
-        return vec4<f32>(d.x * w.mult, d.y, 0.0, 0.0);
+        let xp = x_part(at.xb, c, part_k_0(j));
+        return vec4<f32>(part_dot_0(row, u, j, p.cols, x_for_weights(xp)), xp.sq, 0.0, 0.0);
     }
     if (row < p.rows0 + p.rows1) {
-        let w = load_scaled_part_1(row - p.rows0, u, j, p.cols);
-        let d = dot_part(w.vals, at.xb, c, part_k_1(j));
-        return vec4<f32>(d.x * w.mult, d.y, 0.0, 0.0);
+        let xp = x_part(at.xb, c, part_k_1(j));
+        let d = part_dot_1(row - p.rows0, u, j, p.cols, x_for_weights(xp));
+        return vec4<f32>(d, xp.sq, 0.0, 0.0);
     }
 #ifdef THREE
-    let w = load_scaled_part_2(row - p.rows0 - p.rows1, u, j, p.cols);
-    let d = dot_part(w.vals, at.xb, c, part_k_2(j));
-    return vec4<f32>(d.x * w.mult, d.y, 0.0, 0.0);
+    let xp = x_part(at.xb, c, part_k_2(j));
+    let d = part_dot_2(row - p.rows0 - p.rows1, u, j, p.cols, x_for_weights(xp));
+    return vec4<f32>(d, xp.sq, 0.0, 0.0);
 #else
     return vec4<f32>(0.0);
 #endif

@@ -69,12 +69,6 @@ fn norm_vec4(c: u32) -> vec4<f32> {
 
 // The x values a part meets: vec4s k.x and k.y of the unit starting at column c of the vector
 // at xb (times the norm's weights with NORM), and Σx² of them (NORM).
-struct XPart {
-    a: vec4<f32>,
-    b: vec4<f32>,
-    sq: f32,
-}
-
 fn x_part(xb: u32, c: u32, k: vec2<u32>) -> XPart {
     let a = x_vec4(xb, c + 4u * k.x);
     let b = x_vec4(xb, c + 4u * k.y);
@@ -85,16 +79,17 @@ fn x_part(xb: u32, c: u32, k: vec2<u32>) -> XPart {
 #endif
 }
 
-fn dot_x(w: Part, xp: XPart) -> f32 {
-    return dot(w[0], xp.a) + dot(w[1], xp.b);
+// The x values as the weights' `part_dot` takes them (unit.wgsl): with DOT_I8 quantized to
+// int8, once per part for all the weights and rows a lane meets there.
+#ifdef DOT_I8
+fn x_for_weights(xp: XPart) -> XQuant {
+    return quantize_part(xp);
 }
-
-// Part `w` of the unit starting at column c (its vec4 indices k) against x at xb:
-// (dot product, Σx² of the x values read).
-fn dot_part(w: Part, xb: u32, c: u32, k: vec2<u32>) -> vec2<f32> {
-    let xp = x_part(xb, c, k);
-    return vec2<f32>(dot_x(w, xp), xp.sq);
+#else
+fn x_for_weights(xp: XPart) -> XPart {
+    return xp;
 }
+#endif
 
 // A row's dot product d from its reduced sums s: divided by rms(x) with NORM.
 fn finish(d: f32, s: vec4<f32>) -> f32 {
