@@ -476,7 +476,7 @@ fn weights_split_across_bindings_give_the_same_results() {
     for (dtype, cols) in cases {
         let s = make(dtype, 45, cols, &mut rng);
         let widest = s.bufs.iter().map(|b| b.len() / 45).max().unwrap();
-        let mut ctx = GpuContext::new(&Default::default()).unwrap();
+        let mut ctx = GpuContext::new(&exact()).unwrap();
         ctx.caps.max_binding = (widest * 10 + 4) as u64;
         check_stored(&Ops::new(Arc::new(ctx)), &s, Some(5));
     }
@@ -494,7 +494,7 @@ fn expert_matvec_reads_expert_ids_from_the_gpu() {
     let bias = rng.vec(experts * rows);
     // Whole experts per part: a limit of 2 experts' rows splits 5 experts into 3 parts.
     for limit in [None, Some(2 * rows * 68 + 4)] {
-        let mut ctx = GpuContext::new(&Default::default()).unwrap();
+        let mut ctx = GpuContext::new(&exact()).unwrap();
         if let Some(l) = limit {
             ctx.caps.max_binding = l as u64;
         }
@@ -631,7 +631,7 @@ fn grouped_expert_matmul_matches_the_cpu() {
             .unwrap();
         // Whole experts per part: a limit of 2 experts' rows splits 5 experts into 3 parts.
         for limit in [None, Some(2 * stored * widest + 4)] {
-            let mut ctx = GpuContext::new(&Default::default()).unwrap();
+            let mut ctx = GpuContext::new(&exact()).unwrap();
             if let Some(l) = limit {
                 ctx.caps.max_binding = l as u64;
             }
@@ -727,7 +727,7 @@ fn strided_views_and_input_major_weights() {
     let w_ref = s.reference().unwrap();
     let x = rng.vec(2 * cols);
     for split in [false, true] {
-        let mut ctx = GpuContext::new(&Default::default()).unwrap();
+        let mut ctx = GpuContext::new(&exact()).unwrap();
         if split {
             // 7 rows per part: parts cut matrices and the strided rows.
             ctx.caps.max_binding = (7 * 68 + 4) as u64;
@@ -1162,7 +1162,7 @@ fn expert_gate_up_and_activation_in_one_product() {
         let bg = rng.vec(experts * rows + 3);
         let bu = rng.vec(experts * rows + 3);
         for split in [false, true] {
-            let mut ctx = GpuContext::new(&Default::default()).unwrap();
+            let mut ctx = GpuContext::new(&exact()).unwrap();
             if split {
                 // Two experts' rows of the separate weights per part: 3 parts each.
                 let widest = gate.bufs.iter().map(|b| b.len() / (experts * rows)).max();
@@ -1293,7 +1293,11 @@ fn expert_gate_up_and_activation_in_one_product() {
 fn int8_bounds(dtype: DType, w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     let part_of = |c: usize| {
         let k = c % 32;
-        let j = if dtype == DType::Q4_0 { k % 16 / 4 } else { k / 8 };
+        let j = if dtype == DType::Q4_0 {
+            k % 16 / 4
+        } else {
+            k / 8
+        };
         c / 32 * 4 + j
     };
     let mut amax = vec![0f32; cols / 8];
@@ -1381,7 +1385,11 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                         Folds::default(),
                     )
                     .unwrap();
-                assert!(d.iter().all(|d| d.label.ends_with(" int8")), "{}", d[0].label);
+                assert!(
+                    d.iter().all(|d| d.label.ends_with(" int8")),
+                    "{}",
+                    d[0].label
+                );
                 ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
                 for (b, x) in xs.iter().enumerate() {
                     let (mut want, mag) = cpu_matmul(&w_ref, x, rows, cols, 1);
@@ -1390,7 +1398,8 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                     }
                     let got = ctx.read_f32(&yb, b * rows, rows).unwrap();
                     let bound = int8_bounds(dtype, &w_ref, x, rows, cols);
-                    let what = format!("{} × {cols}, {rpl} rows per lane, vector {b}", dtype.name());
+                    let what =
+                        format!("{} × {cols}, {rpl} rows per lane, vector {b}", dtype.name());
                     assert_int8_close(&what, &got, &want, &mag, &bound);
                 }
             }
@@ -1409,7 +1418,8 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
             let rb = ctx.storage_with("residual", &resid0);
             for rpl in [1, 3] {
                 ops.set_rows_per_lane(rpl);
-                ctx.queue.write_buffer(&rb, 0, bytemuck::cast_slice(&resid0));
+                ctx.queue
+                    .write_buffer(&rb, 0, bytemuck::cast_slice(&resid0));
                 let folds = Folds {
                     norm: Some(NormFold {
                         buf: &gb,
@@ -1555,7 +1565,10 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
                     .unwrap();
                 ctx.submit(&[&d]).unwrap();
                 let f32_got = ctx.read_f32(&yb, 0, 45).unwrap();
-                assert_ne!(got, f32_got, "{cols} columns, {op:?}: int8 results as the f32 ones");
+                assert_ne!(
+                    got, f32_got,
+                    "{cols} columns, {op:?}: int8 results as the f32 ones"
+                );
                 for r in 0..45 {
                     let want = match op {
                         Eltwise::SwiGlu => gt[r] / (1.0 + (-gt[r]).exp()) * ut[r],
