@@ -36,9 +36,9 @@ pub struct GpuContext {
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub caps: Capabilities,
-    /// Decode products of Q4_0 and Q8_0 weights quantize x to int8 per 8 values and take
-    /// integer dot products (about 0.3 % of Σ|w·x| off the f32 product): on unless `kv_f32`
-    /// asks for exact results or MINERVA_GPU_INT8_DOT=0.
+    /// Decode products of Q4_0 and Q8_0 weights quantize x per 8 values to two int8 terms
+    /// (each value within 1/64516 of its part's max|x|) and take integer dot products: on
+    /// unless `kv_f32` asks for exact results or MINERVA_GPU_INT8_DOT=0.
     pub int8_products: bool,
     errors: Arc<Mutex<Option<GpuError>>>,
     submits: AtomicU64,

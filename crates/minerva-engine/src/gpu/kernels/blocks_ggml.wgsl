@@ -83,23 +83,28 @@ fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
 
 #ifdef DOT_I8
 #ifdef DT_Q4_0
-// Part j against int8 x: its nibbles n stand for n - 8, so the integer dot product is
-// Σ n·q - 8·Σq, with the nibbles as bytes: the low ones meet x vec4 j, the high ones vec4 j + 4.
+// Part j against int8 x (both terms): its nibbles n stand for n - 8, so a term's integer dot
+// product is Σ n·q - 8·Σq, with the nibbles as bytes: the low ones meet x vec4 j, the high ones
+// vec4 j + 4. Each is at most 8 · 8 · 127 in size, exact as f32.
 fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
     let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
     let q = w0_word(b + 2u + 4u * j);
-    let lo = dot4I8Packed(q & 0x0F0F0F0Fu, x.a);
-    let hi = dot4I8Packed((q >> 4u) & 0x0F0F0F0Fu, x.b);
-    return exact_f32(lo + hi - 8 * x.sum) * w0_f16(b);
+    let low = q & 0x0F0F0F0Fu;
+    let high = (q >> 4u) & 0x0F0F0F0Fu;
+    let coarse = dot_i8_term(low, high, x.coarse) - 8 * x.coarse.sum;
+    let fine = dot_i8_term(low, high, x.fine) - 8 * x.fine.sum;
+    return join_terms(coarse, fine) * w0_f16(b);
 }
 #endif
 #ifdef DT_Q8_0
-// Part j against int8 x: its bytes 8j..8j+7 meet x vec4s 2j and 2j + 1.
+// Part j against int8 x (both terms): its bytes 8j..8j+7 meet x vec4s 2j and 2j + 1. Each
+// term's dot product is at most 8 · 128 · 127 in size, exact as f32.
 fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
     let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
     let q = b + 2u + 8u * j;
-    let n = dot4I8Packed(w0_word(q), x.a) + dot4I8Packed(w0_word(q + 4u), x.b);
-    return exact_f32(n) * w0_f16(b);
+    let wa = w0_word(q);
+    let wb = w0_word(q + 4u);
+    return join_terms(dot_i8_term(wa, wb, x.coarse), dot_i8_term(wa, wb, x.fine)) * w0_f16(b);
 }
 #endif
 #endif

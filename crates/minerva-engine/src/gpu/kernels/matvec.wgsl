@@ -8,8 +8,8 @@
 // the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
 // product; RESIDUAL also adds each result into `resid` (the residual stream); NORM_OUT (with
 // NORM, one vector) also writes the norm's output into `normed`, for products that read it next.
-// DOT_I8 (Q4_0 and Q8_0 weights) quantizes each part's x values to int8 once for the lane's
-// rows and takes integer dot products (unit.wgsl, common.wgsl).
+// DOT_I8 (Q4_0 and Q8_0 weights) quantizes each part's x values to two int8 terms (about 15
+// bits) once for the lane's rows and takes integer dot products (unit.wgsl, common.wgsl).
 #include "common.wgsl"
 #include DECODER
 

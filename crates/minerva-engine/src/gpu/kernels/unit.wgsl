@@ -18,8 +18,8 @@ fn load_scaled_part(row: u32, u: u32, j: u32, cols: u32) -> ScaledPart {
 #endif
 
 // Part j of unit u of a row against the x values it meets: the decode products' dot product.
-// With DOT_I8 the x values come quantized to int8 and the decoder (Q4_0, Q8_0) defines
-// `dot_i8_part`: its integer dot product times the block's scale.
+// With DOT_I8 the x values come as two int8 terms (common.wgsl) and the decoder (Q4_0, Q8_0)
+// defines `dot_i8_part`: its integer dot products with both, joined, times the block's scale.
 #ifdef DOT_I8
 fn part_dot(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
     return dot_i8_part(row, u, j, cols, x) * x.scale;
