@@ -1383,7 +1383,16 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                 let xr = Region::new(&xb, 3, cols as u32);
                 let yr = Region::new(&yb, 0, rows as u32);
                 let d = ops
-                    .matvec(&w, &MatSel::whole(&w), xr, yr, 2, Some(bias), None, Folds::default())
+                    .matvec(
+                        &w,
+                        &MatSel::whole(&w),
+                        xr,
+                        yr,
+                        2,
+                        Some(bias),
+                        None,
+                        Folds::default(),
+                    )
                     .unwrap();
                 ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
                 let labels: Vec<_> = d.iter().map(|d| d.label.clone()).collect();
