@@ -294,7 +294,7 @@ fn check_weight(ops: &Ops, view: &TensorView, w_ref: &[f32], want_parts: Option<
     // Prefill matmul with every tile, at token counts below, at and past the tiles' sizes.
     for tile in MatmulTile::ALL {
         for tokens in [1, 3, 33, 65, 100] {
-            check_matmul(ops, &w, w_ref, tokens, tile, None, &mut rng);
+            check_matmul(ops, &w, w_ref, tokens, Kernel::Tile(tile), None, &mut rng);
         }
     }
 
@@ -316,47 +316,144 @@ fn check_weight(ops: &Ops, view: &TensorView, w_ref: &[f32], want_parts: Option<
     assert_close(&format!("{name} embedding"), &got, &want, 1e-6);
 }
 
-/// Checks a prefill matmul of `tokens` rows of x (from offset 5, 3 values of padding per row)
-/// into y (from offset 1, 2 values of padding per row), with an optional bias, against the CPU.
+/// Which prefill kernel `run_matmul` runs.
+#[derive(Debug, Clone, Copy)]
+enum Kernel {
+    /// The f32 tiles.
+    Tile(MatmulTile),
+    /// Matrix cores (`Ops::matmul_coop`).
+    Coop,
+    /// The kernel `Ops::matmul` chooses.
+    Chosen,
+}
+
+/// Tolerance of products of f16-rounded weights and inputs (each term off by ≤ 2^-10 of itself).
+const TOL_F16_INPUTS: f32 = 2e-3;
+
+/// Where `run_matmul` puts y: from `offset`, rows of the outputs and `pad` values more.
+#[derive(Debug, Clone, Copy)]
+struct YLayout {
+    offset: usize,
+    pad: usize,
+}
+
+/// y from offset 1, 2 values of padding per row: unaligned, for the f32 tiles.
+const Y_ODD: YLayout = YLayout { offset: 1, pad: 2 };
+
+/// y from offset 4, 4 values of padding per row: 16-byte aligned rows where the outputs are a
+/// multiple of 4, as matrix-core stores need.
+const Y_ALIGNED: YLayout = YLayout { offset: 4, pad: 4 };
+
+/// One prefill matmul's outputs and the CPU's, token-major, with what the check allows.
+struct MatmulRun {
+    label: String,
+    rows: usize,
+    got: Vec<f32>,
+    want: Vec<f32>,
+    mag: Vec<f32>,
+    tol: f32,
+}
+
+impl MatmulRun {
+    /// Whether output `i` is off: |got − want| > tol · (1 + terms' magnitude), or not finite.
+    fn off(&self, i: usize) -> bool {
+        let close = (self.got[i] - self.want[i]).abs() <= self.tol * (1.0 + self.mag[i]);
+        !close || !self.got[i].is_finite()
+    }
+
+    /// None where every output is close; else which outputs are off, so that one failing run
+    /// tells a wrong block layout (whole 16-row or 16-token blocks), a lost K step (every
+    /// output, errors near one step's share) and the token tail after the matrix-core blocks
+    /// apart.
+    fn mismatch(&self) -> Option<String> {
+        let bad: Vec<usize> = (0..self.got.len()).filter(|&i| self.off(i)).collect();
+        let first = *bad.first()?;
+        let mut tokens: Vec<usize> = bad.iter().map(|i| i / self.rows).collect();
+        tokens.dedup();
+        let mut row_blocks = [0usize; 2];
+        for i in &bad {
+            row_blocks[(i % self.rows) % 32 / 16] += 1;
+        }
+        let worst = bad
+            .iter()
+            .map(|&i| (self.got[i] - self.want[i]).abs() / (1.0 + self.mag[i]))
+            .fold(0f32, f32::max);
+        Some(format!(
+            "{}: {} of {} outputs off (worst error {worst:.3e} of the magnitude); first: row {}, \
+             token {}: {} for {} (magnitude {}); tokens off: {:?}; off outputs per 16-row half \
+             of a 32-row block: {row_blocks:?}",
+            self.label,
+            bad.len(),
+            self.got.len(),
+            first % self.rows,
+            first / self.rows,
+            self.got[first],
+            self.want[first],
+            self.mag[first],
+            &tokens[..tokens.len().min(20)],
+        ))
+    }
+}
+
+/// Checks a prefill matmul (`run_matmul`, y unaligned) against the CPU.
 fn check_matmul(
     ops: &Ops,
     w: &GpuWeight,
     w_ref: &[f32],
     tokens: usize,
-    tile: MatmulTile,
+    kernel: Kernel,
     bias: Option<&[f32]>,
     rng: &mut Rng,
 ) {
+    let run = run_matmul(ops, w, w_ref, tokens, kernel, Y_ODD, bias, rng);
+    assert_dots_close(&run.label, &run.got, &run.want, &run.mag, run.tol);
+}
+
+/// Runs a prefill matmul of `tokens` rows of x (from offset 5, 3 values of padding per row) into
+/// y (`y_at`), with an optional bias, and the CPU's: to be within 2e-5 of the terms' magnitude,
+/// or `TOL_F16_INPUTS` on matrix cores.
+#[allow(clippy::too_many_arguments)]
+fn run_matmul(
+    ops: &Ops,
+    w: &GpuWeight,
+    w_ref: &[f32],
+    tokens: usize,
+    kernel: Kernel,
+    y_at: YLayout,
+    bias: Option<&[f32]>,
+    rng: &mut Rng,
+) -> MatmulRun {
     let ctx = &ops.ctx;
     let (rows, cols) = (w.rows, w.cols);
-    let (xs, ys) = (cols + 3, rows + 2);
+    let (xs, ys) = (cols + 3, rows + y_at.pad);
     let x = rng.vec(tokens * cols);
     let mut xb = vec![0f32; 5 + tokens * xs];
     for t in 0..tokens {
         xb[5 + t * xs..5 + t * xs + cols].copy_from_slice(&x[t * cols..(t + 1) * cols]);
     }
     let xbuf = ctx.storage_with("x", &xb);
-    let ybuf = ctx.storage("y", ((1 + tokens * ys) * 4) as u64);
+    let ybuf = ctx.storage("y", ((y_at.offset + tokens * ys) * 4) as u64);
     let bbuf = bias.map(|b| {
         let mut padded = vec![0f32; 2];
         padded.extend_from_slice(b);
         ctx.storage_with("bias", &padded)
     });
-    let d = ops
-        .matmul_tiled(
-            w,
-            &MatSel::whole(w),
-            Region::new(&xbuf, 5, xs as u32),
-            Region::new(&ybuf, 1, ys as u32),
-            tokens as u32,
-            bbuf.as_ref().map(|buf| Bias {
-                buf,
-                offset: 2,
-                expert_stride: 0,
-            }),
-            tile,
-        )
-        .unwrap();
+    let (xr, yr) = (
+        Region::new(&xbuf, 5, xs as u32),
+        Region::new(&ybuf, y_at.offset as u32, ys as u32),
+    );
+    let b = bbuf.as_ref().map(|buf| Bias {
+        buf,
+        offset: 2,
+        expert_stride: 0,
+    });
+    let (sel, n) = (MatSel::whole(w), tokens as u32);
+    let d = match kernel {
+        Kernel::Tile(tile) => ops.matmul_tiled(w, &sel, xr, yr, n, b, tile),
+        Kernel::Coop => ops.matmul_coop(w, &sel, xr, yr, n, b),
+        Kernel::Chosen => ops.matmul(w, &sel, xr, yr, n, b),
+    }
+    .unwrap();
     ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
     let (mut want, mag) = cpu_matmul(w_ref, &x, rows, cols, tokens);
     if let Some(b) = bias {
@@ -364,16 +461,33 @@ fn check_matmul(
             *v += b[i % rows];
         }
     }
-    let got = ctx.read_f32(&ybuf, 0, 1 + tokens * ys).unwrap();
+    let got = ctx.read_f32(&ybuf, 0, y_at.offset + tokens * ys).unwrap();
     let got: Vec<f32> = (0..tokens)
-        .flat_map(|t| got[1 + t * ys..1 + t * ys + rows].to_vec())
+        .flat_map(|t| got[y_at.offset + t * ys..y_at.offset + t * ys + rows].to_vec())
         .collect();
     let label = format!(
-        "{} matmul {tile:?} tile, {tokens} tokens, bias {}",
+        "{} matmul {kernel:?}, {rows} × {cols}, {tokens} tokens, y {y_at:?}, bias {}",
         w.dtype.name(),
         bias.is_some()
     );
-    assert_dots_close(&label, &got, &want, &mag, 2e-5);
+    // The chosen kernel may use matrix cores for the product's first whole 32-token blocks.
+    let on_matrix_cores = match kernel {
+        Kernel::Tile(_) => false,
+        Kernel::Coop | Kernel::Chosen => ctx.caps.matrix_cores,
+    };
+    let tol = if on_matrix_cores {
+        TOL_F16_INPUTS
+    } else {
+        2e-5
+    };
+    MatmulRun {
+        label,
+        rows,
+        got,
+        want,
+        mag,
+        tol,
+    }
 }
 
 #[test]
@@ -414,10 +528,197 @@ fn matmul_adds_the_bias_with_every_tile() {
         let bias = rng.vec(37);
         for tile in MatmulTile::ALL {
             for tokens in [2, 17, 70] {
-                check_matmul(&ops, &w, &w_ref, tokens, tile, Some(&bias), &mut rng);
+                let kernel = Kernel::Tile(tile);
+                check_matmul(&ops, &w, &w_ref, tokens, kernel, Some(&bias), &mut rng);
             }
         }
     }
+}
+
+/// The prefill product on matrix cores for every dtype: 96 rows (three 32-row blocks), 32
+/// tokens (one block), 45 and 100 (whole blocks and a tail of 13 or 4 tokens for the f32 tiles),
+/// rows of one unit or part of one, of two and of 2048 values, with and without a bias. Every
+/// case runs; the failure lists each case that is off and how. Then the kernel `Ops::matmul`
+/// chooses, into y at an unaligned offset (the f32 tiles on every adapter). Where the adapter has
+/// no matrix cores (lavapipe), the chosen kernel runs in place of the matrix-core one, after a
+/// loud SKIPPED line.
+#[test]
+fn matrix_core_matmul_matches_the_cpu() {
+    let Some(ctx) = shared() else { return };
+    let kernel = if ctx.caps.matrix_cores {
+        Kernel::Coop
+    } else {
+        eprintln!(
+            "SKIPPED: {} has no matrix cores (or MINERVA_GPU_MATRIX_CORES=0); checking the \
+             f32 kernels instead",
+            ctx.describe()
+        );
+        Kernel::Chosen
+    };
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(9);
+    let rows = 96;
+    let (mut cases, mut off) = (0, Vec::new());
+    for (dtype, base_cols) in all_dtypes() {
+        for cols in [base_cols, 2 * base_cols, 2048] {
+            let s = make(dtype, rows, cols, &mut rng);
+            let Some(w_ref) = s.reference() else { continue };
+            let w = GpuWeight::upload(&ctx, &s.view(vec![rows, cols]), 1).unwrap();
+            let bias = rng.vec(rows);
+            let runs = [
+                (32, true, kernel, Y_ALIGNED),
+                (45, false, kernel, Y_ALIGNED),
+                (100, true, kernel, Y_ALIGNED),
+                (45, true, Kernel::Chosen, Y_ODD),
+            ];
+            for (tokens, with_bias, k, y_at) in runs {
+                let b = with_bias.then_some(&bias[..]);
+                let run = run_matmul(&ops, &w, &w_ref, tokens, k, y_at, b, &mut rng);
+                cases += 1;
+                off.extend(run.mismatch());
+            }
+        }
+    }
+    assert!(
+        off.is_empty(),
+        "{} of {cases} products off:\n{}",
+        off.len(),
+        off.join("\n")
+    );
+}
+
+/// Halves read back from a buffer of f16 pairs, as f32.
+fn read_halves(ctx: &GpuContext, buf: &wgpu::Buffer, n: usize) -> Vec<f32> {
+    let bytes = ctx.read_bytes(buf, 0, (n * 2) as u64).unwrap();
+    bytes
+        .chunks_exact(2)
+        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect()
+}
+
+/// Asserts that `got` is `want` rounded to f16: within 2^-10 of each value (f16's spacing, for
+/// any rounding mode), or 2^-24 absolute (its subnormals).
+fn assert_halves(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= w.abs() / 1024.0 + 6e-8,
+            "{what}: value {i} is {g}, expected {w}"
+        );
+    }
+}
+
+/// The matrix-core product's f16 copies of the weight (`Ops::coop_weights`) against the CPU, on
+/// any adapter (they need no matrix cores): every dtype (rows of 37 or 45 values padded to whole
+/// units with zeros), a strided view, a weight in 5 parts, and the bias block.
+#[test]
+fn matrix_core_weights_decode_to_f16() {
+    let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(10);
+    let rows = 45;
+    for (dtype, cols) in all_dtypes() {
+        let s = make(dtype, rows, cols, &mut rng);
+        let Some(w_ref) = s.reference() else { continue };
+        let w = GpuWeight::upload(&ctx, &s.view(vec![rows, cols]), 1).unwrap();
+        // Outputs 0, 2, .. 42 (stored rows 1, 3, .. 43), and all rows.
+        let strided = MatSel {
+            offset: 1,
+            stride: 2,
+            out_dim: 22,
+            ..MatSel::whole(&w)
+        };
+        for sel in [MatSel::whole(&w), strided] {
+            let k = cols.div_ceil(32) * 32;
+            let out = ctx.storage("w16", (sel.out_dim * k * 2) as u64);
+            let d = ops.coop_weights(&w, &sel, &out, k as u32, None).unwrap();
+            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+            let got = read_halves(&ctx, &out, sel.out_dim * k);
+            let want: Vec<f32> = (0..sel.out_dim)
+                .flat_map(|j| {
+                    let r = sel.offset + j * sel.stride;
+                    let mut row = w_ref[r * cols..(r + 1) * cols].to_vec();
+                    row.resize(k, 0.0);
+                    row
+                })
+                .collect();
+            let what = format!("{} f16 rows, {sel:?}", dtype.name());
+            assert_halves(&what, &got, &want);
+        }
+    }
+
+    // Five parts, and the bias block: 16 rows of the 45 biases (from offset 2 of their buffer).
+    let (dtype, cols) = (DType::Q4_0, 96);
+    let s = make(dtype, rows, cols, &mut rng);
+    let w_ref = s.reference().unwrap();
+    let widest = s.bufs.iter().map(|b| b.len() / rows).max().unwrap();
+    let mut small = GpuContext::new(&Default::default()).unwrap();
+    small.caps.max_binding = (widest * 10 + 4) as u64;
+    let small = Arc::new(small);
+    let ops = Ops::new(small.clone());
+    let w = GpuWeight::upload(&small, &s.view(vec![rows, cols]), 1).unwrap();
+    assert_eq!(w.parts.len(), 5);
+    let bias = rng.vec(rows);
+    let mut padded = vec![0f32; 2];
+    padded.extend_from_slice(&bias);
+    let bbuf = small.storage_with("bias", &padded);
+    let block = small.storage("bias block", (16 * rows * 4) as u64);
+    let out = small.storage("w16", (rows * cols * 2) as u64);
+    let b = Bias {
+        buf: &bbuf,
+        offset: 2,
+        expert_stride: 0,
+    };
+    let sel = MatSel::whole(&w);
+    let d = ops
+        .coop_weights(&w, &sel, &out, cols as u32, Some((b, &block)))
+        .unwrap();
+    assert_eq!(d.len(), 5);
+    small.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+    let got = read_halves(&small, &out, rows * cols);
+    assert_halves("Q4_0 f16 rows in 5 parts", &got, &w_ref);
+    let got = small.read_f32(&block, 0, 16 * rows).unwrap();
+    let want: Vec<f32> = (0..16).flat_map(|_| bias.iter().copied()).collect();
+    assert_close("bias block", &got, &want, 0.0);
+}
+
+/// The matrix-core product's f16 copy of x (`Ops::coop_inputs`) against the CPU: 7 tokens of 37
+/// values from offset 5, 3 values apart, into rows of 64 halves (zeros past 37); values past
+/// f16's range saturate.
+#[test]
+fn matrix_core_inputs_convert_to_f16() {
+    let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(11);
+    let (tokens, cols, k) = (7, 37, 64);
+    let mut x: Vec<f32> = rng.vec(tokens * cols).iter().map(|v| v * 3.0).collect();
+    x[3] = 1e6;
+    x[40] = -7e4;
+    x[41] = 1e-6;
+    let xs = cols + 3;
+    let mut xb = vec![0f32; 5 + tokens * xs];
+    for t in 0..tokens {
+        xb[5 + t * xs..5 + t * xs + cols].copy_from_slice(&x[t * cols..(t + 1) * cols]);
+    }
+    let xbuf = ctx.storage_with("x", &xb);
+    let out = ctx.storage("x16", (tokens * k * 2) as u64);
+    let region = Region::new(&xbuf, 5, xs as u32);
+    let d = ops
+        .coop_inputs(region, &out, cols as u32, k as u32, tokens as u32)
+        .unwrap();
+    ctx.submit(&[&d]).unwrap();
+    let got = read_halves(&ctx, &out, tokens * k);
+    let want: Vec<f32> = (0..tokens)
+        .flat_map(|t| {
+            let mut row: Vec<f32> = x[t * cols..(t + 1) * cols]
+                .iter()
+                .map(|v| v.clamp(-65504.0, 65504.0))
+                .collect();
+            row.resize(k, 0.0);
+            row
+        })
+        .collect();
+    assert_halves("x as f16", &got, &want);
 }
 
 /// Blocks of every GGUF quant type and their values as decoded by gguf-py

@@ -11,9 +11,12 @@ use std::sync::{Arc, Mutex};
 pub struct GpuOptions {
     /// Keep only adapters whose name contains this (case-insensitive).
     pub adapter_name: Option<String>,
-    /// Keep the KV cache in f32 instead of f16 and the decode products' x in f32 (no int8
-    /// products): exact comparisons with the CPU backend.
+    /// Keep the KV cache in f32 instead of f16 (exact comparisons with the CPU backend); implies
+    /// `matmul_f32` and decode products with x in f32 (no int8 products).
     pub kv_f32: bool,
+    /// Multiply prefill products in f32 rather than on matrix cores with f16 inputs (exact
+    /// comparisons with the CPU backend). `MINERVA_GPU_MATRIX_CORES=0` does the same.
+    pub matmul_f32: bool,
 }
 
 /// What the chosen device can do that kernels specialise on.
@@ -29,7 +32,14 @@ pub struct Capabilities {
     pub max_binding: u64,
     pub max_buffer: u64,
     pub max_workgroup_storage: u32,
+    /// Dense prefill products run on matrix cores (`matmul_coop.wgsl`): the adapter offers
+    /// 16×16×16 subgroup matrices with f16 inputs and f32 results, f16, and subgroups of exactly
+    /// `COOP_SUBGROUP` lanes; the options leave them on.
+    pub matrix_cores: bool,
 }
+
+/// The one subgroup size the matrix-core product is written for: its workgroup is one subgroup.
+pub const COOP_SUBGROUP: u32 = 32;
 
 pub struct GpuContext {
     pub device: wgpu::Device,
@@ -93,16 +103,27 @@ impl GpuContext {
         };
         let info = adapter.get_info();
         let offered = adapter.features();
-        let wanted = wgpu::Features::SUBGROUP
+        let mut wanted = wgpu::Features::SUBGROUP
             | wgpu::Features::SUBGROUP_BARRIER
             | wgpu::Features::SHADER_F16
             | wgpu::Features::TIMESTAMP_QUERY;
+        let matrix_cores = matrix_cores_wanted(opts) && offers_matrix_cores(&adapter);
+        if matrix_cores {
+            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
         let features = offered & wanted;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("minerva"),
             required_features: features,
             required_limits: limits.clone(),
+            // SAFETY: the only experimental feature requested is cooperative matrices, used by
+            // one kernel (matmul_coop.wgsl) that its tests check against the CPU.
+            experimental_features: if matrix_cores {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         }))
         .map_err(|e| GpuError::RequestDevice {
@@ -135,6 +156,7 @@ impl GpuContext {
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             max_workgroup_storage: limits.max_compute_workgroup_storage_size,
+            matrix_cores,
         };
         let profiler = super::profile::Profiler::from_env(caps.timestamps, &queue);
         Ok(GpuContext {
@@ -195,7 +217,7 @@ impl GpuContext {
     /// A one-line description: adapter, backend, and the features kernels use.
     pub fn describe(&self) -> String {
         format!(
-            "{} ({:?}, {:?}; subgroups {}, f16 {}, int8 products {}, binding ≤ {} MiB)",
+            "{} ({:?}, {:?}; subgroups {}, f16 {}, matrix cores {}, int8 products {}, binding ≤ {} MiB)",
             self.info.name,
             self.info.backend,
             self.info.device_type,
@@ -205,10 +227,33 @@ impl GpuContext {
                 "no".into()
             },
             self.caps.f16,
+            if self.caps.matrix_cores { "on" } else { "off" },
             self.int8_products,
             self.caps.max_binding >> 20
         )
     }
+}
+
+/// Whether the options and the environment leave matrix cores on.
+fn matrix_cores_wanted(opts: &GpuOptions) -> bool {
+    !opts.matmul_f32
+        && !opts.kv_f32
+        && std::env::var("MINERVA_GPU_MATRIX_CORES").map_or(true, |v| v != "0")
+}
+
+/// Whether the adapter can run the matrix-core product (see `Capabilities::matrix_cores`).
+fn offers_matrix_cores(adapter: &wgpu::Adapter) -> bool {
+    use wgpu::CooperativeScalarType::{F16, F32};
+    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        | wgpu::Features::SHADER_F16
+        | wgpu::Features::SUBGROUP;
+    let info = adapter.get_info();
+    adapter.features().contains(needed)
+        && info.subgroup_min_size == COOP_SUBGROUP
+        && info.subgroup_max_size == COOP_SUBGROUP
+        && adapter.cooperative_matrix_properties().iter().any(|c| {
+            (c.m_size, c.n_size, c.k_size) == (16, 16, 16) && c.ab_type == F16 && c.cr_type == F32
+        })
 }
 
 /// Buffers and one-shot execution: what ops and tests need around kernels.

@@ -10,7 +10,8 @@ use super::shader::{defines, Defines};
 use super::weights::{GpuWeight, WeightPart};
 use bytemuck::{Pod, Zeroable};
 use minerva_formats::DType;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// Per-step values every kernel may read, written once per step.
 #[repr(C)]
@@ -176,6 +177,24 @@ impl MatmulTile {
     }
 }
 
+/// Rows and tokens of the output block of one matrix-core subgroup (`matmul_coop.wgsl`).
+pub const COOP_BLOCK: u32 = 32;
+
+/// Largest f16 copy of a weight the matrix-core product makes (bytes): larger products (gpt-oss's
+/// 201,088-row output product) keep the f32 tiles.
+pub const COOP_WEIGHT_BYTES: u64 = 64 << 20;
+
+/// A dense prefill product on matrix cores: the weight's `rows` outputs (a multiple of
+/// `COOP_BLOCK`) decoded to f16 rows of `k` halves (the input length rounded up to whole
+/// 32-value units), and its first `tokens` tokens (a multiple of `COOP_BLOCK`; the f32 tiles
+/// take the rest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CoopShape {
+    rows: u32,
+    k: u32,
+    tokens: u32,
+}
+
 /// An f32 bias: the buffer, the element offset of output 0, and (experts) values per expert.
 #[derive(Clone, Copy)]
 pub struct Bias<'a> {
@@ -331,6 +350,39 @@ struct MatmulParams {
     expert_count: u32,
     x_div: u32,
     _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CoopWeightsParams {
+    rows: u32,
+    cols: u32,
+    stride: u32,
+    first_out: u32,
+    row_base: u32,
+    row_stride: u32,
+    bias_offset: u32,
+    out_rows: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CoopInputsParams {
+    cols: u32,
+    stride: u32,
+    tokens: u32,
+    x_offset: u32,
+    x_stride: u32,
+    _pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CoopParams {
+    rows: u32,
+    k: u32,
+    y_offset: u32,
+    y_stride: u32,
 }
 
 #[repr(C)]
@@ -703,6 +755,10 @@ pub struct Ops {
     rows_per_lane: Option<u32>,
     /// Decode products of Q4_0 and Q8_0 weights take int8 x (`GpuContext::int8_products`).
     int8_products: bool,
+    /// The matrix-core product's scratch buffers by name (f16 weights, f16 inputs, bias
+    /// block), shared by every product and replaced by larger ones as needed: each product's
+    /// dispatches keep the buffers they were built with.
+    coop_scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
 }
 
 /// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
@@ -734,6 +790,7 @@ impl Ops {
             in_flight: IN_FLIGHT,
             rows_per_lane: None,
             int8_products: ctx.int8_products,
+            coop_scratch: Mutex::new(HashMap::new()),
             ctx,
         }
     }
@@ -859,7 +916,14 @@ impl Ops {
             for tile in MatmulTile::ALL {
                 jobs.push(single("matmul.wgsl", tile.defines(dec.clone())));
             }
+            if self.ctx.caps.matrix_cores {
+                jobs.push(single("coop_weights.wgsl", dec.clone()));
+            }
             jobs.push(single("embed.wgsl", dec.clone()));
+        }
+        if decoders.is_empty() && self.ctx.caps.matrix_cores {
+            jobs.push(single("coop_inputs.wgsl", Defines::new()));
+            jobs.push(single("matmul_coop.wgsl", Defines::new()));
         }
         if decoders.is_empty() {
             for mode in ["PLAIN", "INPLACE", "RESIDUAL"] {
@@ -1233,8 +1297,9 @@ impl Ops {
         Ok(out)
     }
 
-    /// y[t] = W · x[t] (+ bias) for `tokens` rows of x over the outputs `sel` picks: the tiled
-    /// prefill kernel, with the tile `MatmulTile::pick` chooses for the shape.
+    /// y[t] = W · x[t] (+ bias) for `tokens` rows of x over the outputs `sel` picks: on matrix
+    /// cores where the product fits them (`coop_shape`), else the tiled prefill kernel with the
+    /// tile `MatmulTile::pick` chooses for the shape.
     pub fn matmul(
         &self,
         w: &GpuWeight,
@@ -1244,8 +1309,201 @@ impl Ops {
         tokens: u32,
         bias: Option<Bias>,
     ) -> GpuResult<Vec<Dispatch>> {
+        if let Some(shape) = self.coop_shape(sel, &y, tokens) {
+            return self.coop(w, sel, x, y, tokens, bias, shape);
+        }
         let tile = MatmulTile::pick(sel.out_dim as u32, tokens);
         self.tiled(w, sel, x, y, tokens, bias, tile, None)
+    }
+
+    /// `matmul` on matrix cores; an error where the product does not fit them (`coop_shape`).
+    pub fn matmul_coop(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        x: Region,
+        y: Region,
+        tokens: u32,
+        bias: Option<Bias>,
+    ) -> GpuResult<Vec<Dispatch>> {
+        let Some(shape) = self.coop_shape(sel, &y, tokens) else {
+            return Err(GpuError::Unsupported {
+                tensor: w.name.clone(),
+                reason: format!(
+                    "{} × {} product of {tokens} tokens into y at {} (stride {}) on matrix \
+                     cores ({})",
+                    sel.out_dim,
+                    sel.in_dim,
+                    y.offset,
+                    y.stride,
+                    if self.ctx.caps.matrix_cores {
+                        "shape or alignment unsupported"
+                    } else {
+                        "off or not offered"
+                    }
+                ),
+            });
+        };
+        self.coop(w, sel, x, y, tokens, bias, shape)
+    }
+
+    /// The matrix-core shape of a dense product, or None where it keeps the f32 tiles: matrix
+    /// cores off; fewer than `COOP_BLOCK` tokens; outputs not a multiple of `COOP_BLOCK`; an f16
+    /// copy of the weight over `COOP_WEIGHT_BYTES` or a binding; y's offset or stride not a
+    /// multiple of 4 values (matrix stores are 16-byte aligned).
+    fn coop_shape(&self, sel: &MatSel, y: &Region, tokens: u32) -> Option<CoopShape> {
+        let caps = self.ctx.caps;
+        let rows = sel.out_dim as u32;
+        let k = (sel.in_dim as u32).div_ceil(32) * 32;
+        let tokens = tokens / COOP_BLOCK * COOP_BLOCK;
+        let weight_bytes = rows as u64 * k as u64 * 2;
+        let fits = caps.matrix_cores
+            && tokens > 0
+            && rows > 0
+            && rows.is_multiple_of(COOP_BLOCK)
+            // Grids: decoded rows on y, and blocks of tokens on x.
+            && rows <= 65535
+            && tokens / COOP_BLOCK <= 65535
+            && weight_bytes <= COOP_WEIGHT_BYTES.min(caps.max_binding)
+            && tokens as u64 * k as u64 * 2 <= caps.max_binding
+            && (rows as u64 * 16 * 4) <= caps.max_binding
+            && y.offset.is_multiple_of(4)
+            && y.stride.is_multiple_of(4);
+        fits.then_some(CoopShape { rows, k, tokens })
+    }
+
+    /// A matrix-core scratch buffer of at least `bytes` (see `Ops::coop_scratch`).
+    fn coop_buffer(&self, name: &'static str, bytes: u64) -> wgpu::Buffer {
+        let mut bufs = self.coop_scratch.lock().unwrap_or_else(|p| p.into_inner());
+        match bufs.get(name) {
+            Some(b) if b.size() >= bytes => b.clone(),
+            _ => {
+                let b = self.ctx.storage(name, bytes.next_power_of_two());
+                bufs.insert(name, b.clone());
+                b
+            }
+        }
+    }
+
+    /// The product on matrix cores: the weight decoded to f16 (with the bias block), x converted
+    /// to f16, the matrix-core kernel over `shape.tokens` tokens, and the f32 tiles over the
+    /// tokens left.
+    #[allow(clippy::too_many_arguments)]
+    fn coop(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        x: Region,
+        y: Region,
+        tokens: u32,
+        bias: Option<Bias>,
+        shape: CoopShape,
+    ) -> GpuResult<Vec<Dispatch>> {
+        let CoopShape { rows, k, tokens: t } = shape;
+        let w16 = self.coop_buffer("coop weights", rows as u64 * k as u64 * 2);
+        let x16 = self.coop_buffer("coop inputs", t as u64 * k as u64 * 2);
+        let block = bias.map(|_| self.coop_buffer("coop bias", rows as u64 * 16 * 4));
+        let bias_out = bias.zip(block.as_ref());
+        let mut out = self.coop_weights(w, sel, &w16, k, bias_out)?;
+        out.push(self.coop_inputs(x, &x16, sel.in_dim as u32, k, t)?);
+        let mut d = Defines::new();
+        if bias.is_some() {
+            d.insert("BIAS".into(), String::new());
+        }
+        let pipe = self.pipeline("matmul_coop.wgsl", &d, "main")?;
+        let params = CoopParams {
+            rows,
+            k,
+            y_offset: y.offset,
+            y_stride: y.stride,
+        };
+        let ub = self.ctx.uniform("coop params", &params);
+        let mut entries = vec![(0, &w16), (1, &x16), (2, y.buf), (3, &ub)];
+        if let Some(b) = &block {
+            entries.push((4, b));
+        }
+        let grid = [t / COOP_BLOCK, rows / COOP_BLOCK, 1];
+        out.push(self.dispatch(pipe, &entries, grid));
+        if tokens > t {
+            let rest = tokens - t;
+            let x_rest = Region::new(x.buf, x.offset + t * x.stride, x.stride);
+            let y_rest = Region::new(y.buf, y.offset + t * y.stride, y.stride);
+            let tile = MatmulTile::pick(rows, rest);
+            out.extend(self.tiled(w, sel, x_rest, y_rest, rest, bias, tile, None)?);
+        }
+        Ok(out)
+    }
+
+    /// Decodes the outputs `sel` picks to f16 rows of `stride` halves in `out` (zeros past the
+    /// input length; `coop_weights.wgsl`), one dispatch per weight part; with a bias, also
+    /// writes the bias block ([16][outputs], each row the bias) into the second buffer.
+    pub fn coop_weights(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        out: &wgpu::Buffer,
+        stride: u32,
+        bias: Option<(Bias, &wgpu::Buffer)>,
+    ) -> GpuResult<Vec<Dispatch>> {
+        w.check_sel(sel)?;
+        let mut d = self.weight_defines(w, sel);
+        if bias.is_some() {
+            d.insert("BIAS".into(), String::new());
+        }
+        let pipe = self.pipeline("coop_weights.wgsl", &d, "main")?;
+        let lanes = (sel.in_dim as u32).div_ceil(32) * 4;
+        let mut dispatches = Vec::new();
+        for r in w.ranges(sel) {
+            let part = &w.parts[r.part];
+            let rows = (r.j_hi - r.j_lo) as u32;
+            let params = CoopWeightsParams {
+                rows,
+                cols: sel.in_dim as u32,
+                stride,
+                first_out: r.j_lo as u32,
+                row_base: r.row_base as u32,
+                row_stride: sel.stride as u32,
+                bias_offset: bias.map(|(b, _)| b.offset).unwrap_or(0) + r.j_lo as u32,
+                out_rows: sel.out_dim as u32,
+            };
+            let ub = self.ctx.uniform("coop weights params", &params);
+            let mut entries: Vec<(u32, &wgpu::Buffer)> = part
+                .buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (i as u32, b))
+                .collect();
+            entries.extend([(3, out), (4, &ub)]);
+            if let Some((b, block)) = &bias {
+                entries.extend([(5, b.buf), (6, *block)]);
+            }
+            dispatches.push(self.dispatch(pipe.clone(), &entries, [lanes.div_ceil(64), rows, 1]));
+        }
+        Ok(dispatches)
+    }
+
+    /// Converts `tokens` rows of `cols` values of x to f16 rows of `stride` halves in `out`
+    /// (zeros past `cols`; `coop_inputs.wgsl`).
+    pub fn coop_inputs(
+        &self,
+        x: Region,
+        out: &wgpu::Buffer,
+        cols: u32,
+        stride: u32,
+        tokens: u32,
+    ) -> GpuResult<Dispatch> {
+        let pipe = self.pipeline("coop_inputs.wgsl", &Defines::new(), "main")?;
+        let params = CoopInputsParams {
+            cols,
+            stride,
+            tokens,
+            x_offset: x.offset,
+            x_stride: x.stride,
+            _pad: [0; 3],
+        };
+        let ub = self.ctx.uniform("coop inputs params", &params);
+        let entries = [(0, x.buf), (1, out), (2, &ub)];
+        Ok(self.dispatch(pipe, &entries, [(stride / 4).div_ceil(64), tokens, 1]))
     }
 
     /// `matmul` with a given tile.

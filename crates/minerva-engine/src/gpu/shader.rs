@@ -23,6 +23,12 @@ const SOURCES: &[(&str, &str)] = &[
     ("unit.wgsl", include_str!("kernels/unit.wgsl")),
     ("product.wgsl", include_str!("kernels/product.wgsl")),
     ("matmul.wgsl", include_str!("kernels/matmul.wgsl")),
+    ("matmul_coop.wgsl", include_str!("kernels/matmul_coop.wgsl")),
+    (
+        "coop_weights.wgsl",
+        include_str!("kernels/coop_weights.wgsl"),
+    ),
+    ("coop_inputs.wgsl", include_str!("kernels/coop_inputs.wgsl")),
     (
         "matmul_tiles.wgsl",
         include_str!("kernels/matmul_tiles.wgsl"),
@@ -228,6 +234,140 @@ mod tests {
             ]);
             compose(name, &d).unwrap_or_else(|e| panic!("{e}"));
         }
+    }
+
+    /// Every decoder's defines, as `GpuWeight::decoder` gives them, plus an input-major one.
+    fn every_decoder() -> Vec<Defines> {
+        use crate::gpu::weights::decoder_defines;
+        use minerva_formats::DType;
+        let mut out: Vec<Defines> = [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+            DType::MXFP4,
+            DType::Q2_K,
+            DType::Q3_K,
+            DType::Q4_K,
+            DType::Q5_K,
+            DType::Q6_K,
+            DType::MlxMxfp4,
+            DType::HfMxfp4,
+        ]
+        .into_iter()
+        .filter_map(|dt| decoder_defines(dt, None))
+        .collect();
+        for bits in [2, 3, 4, 5, 6, 8] {
+            for scale in [DType::F16, DType::BF16, DType::F32] {
+                let dt = DType::MlxAffine { bits, group: 64 };
+                out.extend(decoder_defines(dt, Some(scale)));
+            }
+        }
+        let mut input_major = decoder_defines(DType::BF16, None).unwrap();
+        input_major.insert("INPUT_MAJOR".into(), String::new());
+        input_major.insert("IN_STRIDE".into(), "71u".into());
+        out.push(input_major);
+        out
+    }
+
+    /// `file` with `d` parsed, validated (cooperative matrices, f16, subgroups) and translated to
+    /// SPIR-V as wgpu does on Vulkan (bounds checks restricting indices); the SPIR-V words.
+    fn spirv(file: &str, d: &Defines) -> Vec<u32> {
+        use naga::valid::{Capabilities, ValidationFlags, Validator};
+        use wgpu::naga;
+        let caps = Capabilities::COOPERATIVE_MATRIX
+            | Capabilities::SHADER_FLOAT16
+            | Capabilities::SHADER_FLOAT16_IN_FLOAT32
+            | Capabilities::SUBGROUP;
+        let src = compose(file, d).unwrap_or_else(|e| panic!("{e}"));
+        let module = naga::front::wgsl::parse_str(&src)
+            .unwrap_or_else(|e| panic!("{file} {d:?}: {}", e.emit_to_string(&src)));
+        let info = Validator::new(ValidationFlags::all(), caps)
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{file} {d:?}: {}", e.emit_to_string(&src)));
+        let entry = naga::back::spv::PipelineOptions {
+            shader_stage: naga::ShaderStage::Compute,
+            entry_point: "main".into(),
+        };
+        let restrict = naga::proc::BoundsCheckPolicy::Restrict;
+        let options = naga::back::spv::Options {
+            lang_version: (1, 6),
+            bounds_check_policies: naga::proc::BoundsCheckPolicies {
+                index: restrict,
+                buffer: restrict,
+                image_load: restrict,
+                binding_array: naga::proc::BoundsCheckPolicy::Unchecked,
+            },
+            ..Default::default()
+        };
+        naga::back::spv::write_vec(&module, &info, &options, Some(&entry))
+            .unwrap_or_else(|e| panic!("{file} {d:?}: SPIR-V: {e}"))
+    }
+
+    /// The memory layouts of a SPIR-V module's cooperative-matrix loads and stores, in order:
+    /// (load or store, whether row-major).
+    fn matrix_accesses(words: &[u32]) -> Vec<(&'static str, bool)> {
+        const OP_CONSTANT: u32 = 43;
+        const OP_LOAD: u32 = 4457;
+        const OP_STORE: u32 = 4458;
+        const ROW_MAJOR: u32 = 0;
+        let mut constants = BTreeMap::new();
+        let mut out = Vec::new();
+        let mut at = 5;
+        while at < words.len() {
+            let (op, len) = (words[at] & 0xFFFF, (words[at] >> 16) as usize);
+            let args = &words[at + 1..at + len];
+            match op {
+                OP_CONSTANT if args.len() == 3 => {
+                    constants.insert(args[1], args[2]);
+                }
+                // Result type, result, pointer, layout, ...
+                OP_LOAD => out.push(("load", constants[&args[3]] == ROW_MAJOR)),
+                // Pointer, object, layout, ...
+                OP_STORE => out.push(("store", constants[&args[2]] == ROW_MAJOR)),
+                _ => {}
+            }
+            at += len.max(1);
+        }
+        out
+    }
+
+    /// The matrix-core product and the two kernels feeding it compile for every decoder, with
+    /// and without a bias, as wgpu compiles them on Vulkan: CI's lavapipe has no matrix cores,
+    /// so this is where CI sees the product's kernel. Its weight loads are row-major and its
+    /// input loads, bias loads and stores column-major, as its layout comments say.
+    #[test]
+    fn matrix_core_kernels_compile_for_every_decoder() {
+        let decoders = every_decoder();
+        assert_eq!(decoders.len(), 16 + 18 + 1);
+        for dec in decoders {
+            for bias in [false, true] {
+                let mut d = dec.clone();
+                if bias {
+                    d.insert("BIAS".into(), String::new());
+                }
+                spirv("coop_weights.wgsl", &d);
+            }
+        }
+        spirv("coop_inputs.wgsl", &Defines::new());
+        let column = ("load", false);
+        let row = ("load", true);
+        let store = ("store", false);
+        let plain = matrix_accesses(&spirv("matmul_coop.wgsl", &Defines::new()));
+        assert_eq!(
+            plain,
+            [row, row, column, column, store, store, store, store]
+        );
+        let bias = defines(&[("BIAS", String::new())]);
+        let biased = matrix_accesses(&spirv("matmul_coop.wgsl", &bias));
+        assert_eq!(
+            biased,
+            [column, column, row, row, column, column, store, store, store, store]
+        );
     }
 
     #[test]

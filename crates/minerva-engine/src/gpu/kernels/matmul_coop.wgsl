@@ -1,0 +1,77 @@
+// Matrix × matrix for prefill on matrix cores (wgpu cooperative matrices): y[t][r] = Σ_c W[r][c]
+// · x[t][c] (+ bias[r]) from the f16 copies of the weight and of x that the two dispatches before
+// it wrote (coop_weights.wgsl, coop_inputs.wgsl), accumulated in f32. Each workgroup is one
+// 32-lane subgroup and computes 32 rows × 32 tokens as 2 × 2 accumulators of 16 × 16, using each
+// weight and input matrix it loads twice.
+// Nothing is shared through workgroup memory and nothing waits at a barrier: naga 30 declares
+// the Vulkan memory model for modules with cooperative matrices without marking workgroup
+// accesses and barriers for it (gfx-rs/wgpu#8805), so values shared between invocations of one
+// dispatch are not synchronised; what earlier dispatches wrote is, by wgpu's barriers between
+// dispatches. Every matrix operation runs in uniform control flow: the block comes from the
+// workgroup id, the loop bound from the parameters.
+// Memory layouts (naga: coopLoad/coopStore column-major, coopLoadT row-major; strides in
+// elements; pointers and strides 16-byte aligned, which the multiples below give):
+// A, 16 weight rows × 16 k: row-major, (i, k) at w16[(row0 + i) · p.k + k0 + k];
+// B, 16 k × 16 tokens: column-major, (k, j) at x16[(tok0 + j) · p.k + k0 + k];
+// C, 16 rows × 16 tokens: column-major, (i, j) at y[p.y_offset + (tok0 + j) · y_stride + row0 + i]
+// (and, with BIAS, at bias_block[j · p.rows + row0 + i], where every j holds the bias).
+enable f16;
+enable wgpu_cooperative_matrix;
+
+struct Params {
+    rows: u32,      // a multiple of 32
+    k: u32,         // halves per row of w16 and x16: a multiple of 32
+    y_offset: u32,  // a multiple of 4
+    y_stride: u32,  // a multiple of 4
+}
+
+@group(0) @binding(0) var<storage, read> w16: array<f16>;
+@group(0) @binding(1) var<storage, read> x16: array<f16>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+#ifdef BIAS
+@group(0) @binding(4) var<storage, read> bias_block: array<f32>;
+#endif
+
+@compute @workgroup_size(32)
+fn main(@builtin(workgroup_id) wid: vec3<u32>) {
+    let tok0 = wid.x * 32u;
+    let row0 = wid.y * 32u;
+#ifdef BIAS
+    let c_lo = coopLoad<coop_mat16x16<f32, C>>(&bias_block[row0], p.rows);
+    let c_hi = coopLoad<coop_mat16x16<f32, C>>(&bias_block[row0 + 16u], p.rows);
+#else
+    let c_lo = coop_mat16x16<f32, C>();
+    let c_hi = coop_mat16x16<f32, C>();
+#endif
+    // c<row block><token block>
+    var c00 = c_lo;
+    var c01 = c_lo;
+    var c10 = c_hi;
+    var c11 = c_hi;
+    let a0 = row0 * p.k;
+    let a1 = a0 + 16u * p.k;
+    let b0 = tok0 * p.k;
+    let b1 = b0 + 16u * p.k;
+    for (var k = 0u; k < p.k; k += 16u) {
+        let w0 = coopLoadT<coop_mat16x16<f16, A>>(&w16[a0 + k], p.k);
+        let w1 = coopLoadT<coop_mat16x16<f16, A>>(&w16[a1 + k], p.k);
+        let x0 = coopLoad<coop_mat16x16<f16, B>>(&x16[b0 + k], p.k);
+        let x1 = coopLoad<coop_mat16x16<f16, B>>(&x16[b1 + k], p.k);
+        c00 = coopMultiplyAdd(w0, x0, c00);
+        c01 = coopMultiplyAdd(w0, x1, c01);
+        c10 = coopMultiplyAdd(w1, x0, c10);
+        c11 = coopMultiplyAdd(w1, x1, c11);
+    }
+    // Every index and the stride named: naga 30 does not emit expressions written inside a
+    // coopStore's arguments before the store (its SPIR-V writer then panics).
+    let ys = p.y_stride;
+    let y00 = p.y_offset + tok0 * ys + row0;
+    let y01 = y00 + 16u * ys;
+    let y10 = y00 + 16u;
+    let y11 = y01 + 16u;
+    coopStore(c00, &y[y00], ys);
+    coopStore(c01, &y[y01], ys);
+    coopStore(c10, &y[y10], ys);
+    coopStore(c11, &y[y11], ys);
+}
