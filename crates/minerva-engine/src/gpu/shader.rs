@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 /// Every WGSL file, by the name `#include` uses.
 const SOURCES: &[(&str, &str)] = &[
     ("common.wgsl", include_str!("kernels/common.wgsl")),
+    ("angle.wgsl", include_str!("kernels/angle.wgsl")),
     ("weights.wgsl", include_str!("kernels/weights.wgsl")),
     (
         "blocks_float.wgsl",

@@ -21,6 +21,8 @@
 //               running max and sum per row; sinks as combine. attend + combine take the shapes
 //               it does not (head_dim > TD).
 // Query head h reads KV head h / (heads / kv_heads) (grouped-query attention).
+#include "angle.wgsl"
+
 struct Params {
     heads: u32,
     kv_heads: u32,
@@ -135,10 +137,8 @@ fn rope_pair(i: u32) -> vec2<u32> {
 
 // The pair x turned by position pos times frequency i, scaled by mscale.
 fn rope_turn(x: vec2<f32>, i: u32, pos: u32) -> vec2<f32> {
-    let angle = f32(pos) * freq[i];
-    let c = cos(angle) * p.mscale;
-    let s = sin(angle) * p.mscale;
-    return vec2<f32>(x.x * c - x.y * s, x.x * s + x.y * c);
+    let cs = cos_sin(f32(pos) * freq[i]) * p.mscale;
+    return vec2<f32>(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
 }
 
 var<workgroup> turned: array<f32, 512>;

@@ -3,6 +3,8 @@
 // result is multiplied by `mscale` (YaRN's attention factor; 1 otherwise). HALVES pairs x[i] with
 // x[i + d/2] (Hugging Face); otherwise pairs are adjacent (x[2i], x[2i+1], GGUF llama).
 // With TWO, heads [heads, heads + heads2) are those of a second buffer (q and k in one dispatch).
+#include "angle.wgsl"
+
 struct Params {
     tokens: u32,
     heads: u32,
@@ -63,6 +65,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         a = base + i;
         b = base + i + half;
     }
-    let angle = f32(step.pos0 + t) * freq[i];
-    turn(second, a, b, cos(angle) * p.mscale, sin(angle) * p.mscale);
+    let cs = cos_sin(f32(step.pos0 + t) * freq[i]) * p.mscale;
+    turn(second, a, b, cs.x, cs.y);
 }
