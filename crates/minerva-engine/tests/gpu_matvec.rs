@@ -1230,7 +1230,7 @@ fn fused_products_over_several_weights() {
                 &[],
             )
             .unwrap();
-        ctx.submit(&[&d]).unwrap();
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
         for i in 0..3 {
             let (want, mag) = products(i);
             let got = ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap();
@@ -1250,7 +1250,7 @@ fn fused_products_over_several_weights() {
             let d = ops
                 .matvec_multi(&[&ws[0], &ws[3]], xr, &[&yb], Multi::Glu(op), None, &[])
                 .unwrap();
-            ctx.submit(&[&d]).unwrap();
+            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
             let got = ctx.read_f32(&yb, 0, 45).unwrap();
             for r in 0..45 {
                 let want = match op {
@@ -1390,7 +1390,7 @@ fn products_fold_the_norm_and_the_residual_add() {
                 &biases,
             )
             .unwrap();
-        ctx.submit(&[&d]).unwrap();
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
         for i in 0..2 {
             let (mut want, mag) = cpu_matmul(&refs[i], &normed, stored[i].rows, cols, 1);
             let first = biases[i].offset as usize;
@@ -1411,7 +1411,7 @@ fn products_fold_the_norm_and_the_residual_add() {
                 &[],
             )
             .unwrap();
-        ctx.submit(&[&d]).unwrap();
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
         let (gt, gmag) = cpu_matmul(&refs[0], &normed, rows, cols, 1);
         let (ut, umag) = cpu_matmul(&refs[2], &normed, rows, cols, 1);
         let got = ctx.read_f32(&act, 0, rows).unwrap();
@@ -1589,19 +1589,11 @@ fn expert_gate_up_and_activation_in_one_product() {
 
 /// What the int8 decode products (Q4_0, Q8_0 with x as two int8 terms) may differ from the
 /// exact product: each x value moves by at most s / 508, s = max|x| / 127 over its part (parts
-/// of 8 values: vec4s j and j + 4 of a unit for Q4_0, 2j and 2j + 1 for Q8_0), so row r by at
-/// most Σ_c |w[r][c]| · max|x of c's part| / 64516; 5 % more for the float rounding of the step
-/// and of x / s. One int8 term (up to s / 2 per value) is 127 times this and breaks it.
-fn int8_bounds(dtype: DType, w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let part_of = |c: usize| {
-        let k = c % 32;
-        let j = if dtype == DType::Q4_0 {
-            k % 16 / 4
-        } else {
-            k / 8
-        };
-        c / 32 * 4 + j
-    };
+/// of 8 values: vec4s j and j + 4 of a unit, for every dtype), so row r by at most
+/// Σ_c |w[r][c]| · max|x of c's part| / 64516; 5 % more for the float rounding of the step and
+/// of x / s. One int8 term (up to s / 2 per value) is 127 times this and breaks it.
+fn int8_bounds(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let part_of = |c: usize| c / 32 * 4 + c % 16 / 4;
     let mut amax = vec![0f32; cols / 8];
     for (c, v) in x.iter().enumerate() {
         amax[part_of(c)] = amax[part_of(c)].max(v.abs());
@@ -1712,7 +1704,7 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                     }
                     let got = &ys[b * rows..(b + 1) * rows];
                     let f32_got = &f32_ys[b * rows..(b + 1) * rows];
-                    let bound = int8_bounds(dtype, &w_ref, x, rows, cols);
+                    let bound = int8_bounds(&w_ref, x, rows, cols);
                     let what =
                         format!("{} × {cols}, {rpl} rows per lane, vector {b}", dtype.name());
                     assert_int8_close(&what, got, f32_got, &want, &mag, &bound);
@@ -1732,7 +1724,7 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
             let resid0 = rng.vec(rows);
             let rb = ctx.storage_with("residual", &resid0);
             // The normed product into y and added into the residual stream resid0:
-            // (dispatch label, results, residual stream).
+            // (dispatch labels, results, residual stream).
             let normed_product = |ops: &Ops| {
                 ctx.queue
                     .write_buffer(&rb, 0, bytemuck::cast_slice(&resid0));
@@ -1752,16 +1744,17 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                     .unwrap();
                 ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
                 let y = ctx.read_f32(&yb, 0, rows).unwrap();
-                (d[0].label.clone(), y, ctx.read_f32(&rb, 0, rows).unwrap())
+                let labels: Vec<_> = d.iter().map(|d| d.label.clone()).collect();
+                (labels, y, ctx.read_f32(&rb, 0, rows).unwrap())
             };
             for rpl in [1, 3] {
                 exact.set_rows_per_lane(rpl);
                 ops.set_rows_per_lane(rpl);
                 let (_, f32_got, f32_resid) = normed_product(&exact);
-                let (label, got, resid) = normed_product(&ops);
-                assert!(label.ends_with(" int8"), "{label}");
+                let (labels, got, resid) = normed_product(&ops);
+                assert!(labels.iter().all(|l| l.ends_with(" int8")), "{labels:?}");
                 let (want, mag) = cpu_matmul(&w_ref, &normed, rows, cols, 1);
-                let bound = int8_bounds(dtype, &w_ref, &normed, rows, cols);
+                let bound = int8_bounds(&w_ref, &normed, rows, cols);
                 let what = format!("{} × {cols} normed, {rpl} rows per lane", dtype.name());
                 assert_int8_close(&what, &got, &f32_got, &want, &mag, &bound);
                 let with_resid: Vec<f32> = (0..rows).map(|r| resid0[r] + want[r]).collect();
@@ -1823,7 +1816,7 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
         let products = |i: usize| {
             let s = &stored[i];
             let (want, mag) = cpu_matmul(&refs[i], &normed, s.rows, cols, 1);
-            let bound = int8_bounds(s.dtype, &refs[i], &normed, s.rows, cols);
+            let bound = int8_bounds(&refs[i], &normed, s.rows, cols);
             (want, mag, bound)
         };
 
@@ -1837,7 +1830,7 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
             offset,
             expert_stride: 0,
         });
-        // The split outputs: (dispatch label, each output's results).
+        // The split outputs: (dispatch labels, each output's results).
         let split = |ops: &Ops| {
             let d = ops
                 .matvec_multi(
@@ -1849,15 +1842,16 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
                     &biases,
                 )
                 .unwrap();
-            ctx.submit(&[&d]).unwrap();
+            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
             let ys: Vec<Vec<f32>> = (0..3)
                 .map(|i| ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap())
                 .collect();
-            (d.label.clone(), ys)
+            let labels: Vec<_> = d.iter().map(|d| d.label.clone()).collect();
+            (labels, ys)
         };
         let (_, f32_ys) = split(&exact);
-        let (label, ys) = split(&ops);
-        assert!(label.ends_with(" int8"), "{label}");
+        let (labels, ys) = split(&ops);
+        assert!(labels.iter().all(|l| l.ends_with(" int8")), "{labels:?}");
         for i in 0..3 {
             let (mut want, mag, bound) = products(i);
             for (r, v) in want.iter_mut().enumerate() {
@@ -1881,13 +1875,13 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
                 let d = ops
                     .matvec_multi(&[&ws[gate], &ws[up]], xr, &[&yb], Multi::Glu(op), norm, &[])
                     .unwrap();
-                assert!(d.label.ends_with(" int8"), "{}", d.label);
-                ctx.submit(&[&d]).unwrap();
+                assert!(d.iter().all(|d| d.label.ends_with(" int8")));
+                ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
                 let got = ctx.read_f32(&yb, 0, 45).unwrap();
                 let d = exact
                     .matvec_multi(&[&ws[gate], &ws[up]], xr, &[&yb], Multi::Glu(op), norm, &[])
                     .unwrap();
-                ctx.submit(&[&d]).unwrap();
+                ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
                 let f32_got = ctx.read_f32(&yb, 0, 45).unwrap();
                 assert_ne!(
                     got, f32_got,
@@ -1929,7 +1923,7 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
                 &[],
             )
             .unwrap();
-        assert!(!d.label.ends_with(" int8"), "{}", d.label);
+        assert!(!d.iter().any(|d| d.label.ends_with(" int8")));
         let f16 = make(DType::F16, 5, cols, &mut rng);
         let wf = GpuWeight::upload(&ctx, &f16.view(vec![5, cols]), 1).unwrap();
         let d = ops
@@ -1942,6 +1936,6 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
                 &[],
             )
             .unwrap();
-        assert!(!d.label.ends_with(" int8"), "{}", d.label);
+        assert!(!d.iter().any(|d| d.label.ends_with(" int8")));
     }
 }

@@ -41,6 +41,15 @@ fn multi_weight_entries(i: usize, part: &WeightPart) -> Vec<(u32, &wgpu::Buffer)
         .collect()
 }
 
+/// A product's dispatches behind the quantization of its x, if it has one.
+fn with_quantization(quantized: Option<QuantizedX>, products: Vec<Dispatch>) -> Vec<Dispatch> {
+    quantized
+        .map(|q| q.dispatch)
+        .into_iter()
+        .chain(products)
+        .collect()
+}
+
 fn with(mut d: Defines, extra: &[(&str, String)]) -> Defines {
     for (k, v) in extra {
         d.insert(k.to_string(), v.clone());
@@ -328,7 +337,21 @@ struct MatvecParams {
     bias_offset: u32,
     norm_offset: u32,
     eps: f32,
-    _pad: [u32; 3],
+    xq_scales: u32,
+    _pad: [u32; 2],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct QuantizeParams {
+    cols: u32,
+    parts: u32,
+    x_offset: u32,
+    x_stride: u32,
+    scales: u32,
+    norm_offset: u32,
+    eps: f32,
+    _pad: u32,
 }
 
 #[repr(C)]
@@ -509,6 +532,8 @@ struct MultiParams {
     y_stride: u32,
     expert_first: u32,
     expert_count: u32,
+    xq_scales: u32,
+    _pad: [u32; 3],
 }
 
 impl MultiParams {
@@ -535,6 +560,8 @@ impl MultiParams {
             y_stride: 0,
             expert_first: 0,
             expert_count: 0,
+            xq_scales: 0,
+            _pad: [0; 3],
         }
     }
 }
@@ -733,6 +760,17 @@ impl KvCache {
     }
 }
 
+/// x quantized for the int8 decode products (`Ops::quantize_x`): the dispatch that writes it,
+/// the buffer of its records and where their scales start in it (vec4s).
+struct QuantizedX {
+    dispatch: Dispatch,
+    buf: wgpu::Buffer,
+    scales: u32,
+}
+
+/// Threads per workgroup of `quantize_x.wgsl` (WG there), one per part of 8 values.
+const QUANTIZE_WG: u32 = 64;
+
 /// What folds into a `matvec_multi.wgsl` product besides its weights and mode.
 #[derive(Clone, Copy)]
 struct MultiFlags {
@@ -755,10 +793,11 @@ pub struct Ops {
     rows_per_lane: Option<u32>,
     /// Decode products of Q4_0 and Q8_0 weights take int8 x (`GpuContext::int8_products`).
     int8_products: bool,
-    /// The matrix-core product's scratch buffers by name (f16 weights, f16 inputs, bias
-    /// block), shared by every product and replaced by larger ones as needed: each product's
-    /// dispatches keep the buffers they were built with.
-    coop_scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
+    /// The products' scratch buffers by name (the matrix-core product's f16 weights, f16
+    /// inputs and bias block; the int8 products' quantized x), shared by every product and
+    /// replaced by larger ones as needed: each product's dispatches keep the buffers they were
+    /// built with.
+    scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
 }
 
 /// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
@@ -790,7 +829,7 @@ impl Ops {
             in_flight: IN_FLIGHT,
             rows_per_lane: None,
             int8_products: ctx.int8_products,
-            coop_scratch: Mutex::new(HashMap::new()),
+            scratch: Mutex::new(HashMap::new()),
             ctx,
         }
     }
@@ -819,9 +858,9 @@ impl Ops {
         self.int8_products = on;
     }
 
-    /// Whether a decode product over `weights` takes int8 x (DOT_I8): every weight Q4_0 or
-    /// Q8_0, and with `one_x` (GLU: both weights meet the same quantized x) of one dtype.
-    fn dot_i8(&self, weights: &[&GpuWeight], one_x: bool) -> bool {
+    /// Whether a decode product over `weights` takes int8 x (DOT_I8, x quantized by a dispatch
+    /// of its own before it): every weight Q4_0 or Q8_0, and with `one_x` (GLU) of one dtype.
+    pub fn dot_i8(&self, weights: &[&GpuWeight], one_x: bool) -> bool {
         self.int8_products
             && weights
                 .iter()
@@ -968,6 +1007,51 @@ impl Ops {
         d
     }
 
+    /// x quantized for the int8 decode products (quantize_x.wgsl): `vectors` vectors of `cols`
+    /// values from `x` (vector v at x.offset + v · x.stride), through the RMSNorm `norm` first.
+    /// The records go to a scratch buffer shared by every product: a product's quantization
+    /// and its own dispatch follow each other, and wgpu orders dispatches that write and read
+    /// one buffer.
+    fn quantize_x(
+        &self,
+        x: Region,
+        cols: u32,
+        vectors: u32,
+        norm: Option<NormFold>,
+    ) -> GpuResult<QuantizedX> {
+        let mut d = defines(&[("DOT_I8", String::new())]);
+        if norm.is_some() {
+            d.insert("NORM".into(), String::new());
+        }
+        let pipe = self.pipeline("quantize_x.wgsl", &d, "main")?;
+        let parts = cols.div_ceil(32) * 4;
+        // Records of 16 bytes, then two parts' scales per 16 bytes.
+        let records = parts * vectors;
+        let buf = self.scratch_buffer("int8 x", (records + records / 2) as u64 * 16);
+        let params = QuantizeParams {
+            cols,
+            parts,
+            x_offset: x.offset,
+            x_stride: x.stride,
+            scales: records,
+            norm_offset: norm.map(|n| n.offset).unwrap_or(0),
+            eps: norm.map(|n| n.eps).unwrap_or(0.0),
+            _pad: 0,
+        };
+        let ub = self.ctx.uniform("quantize params", &params);
+        let mut entries = vec![(0, x.buf), (1, &buf), (2, &ub)];
+        if let Some(n) = &norm {
+            entries.push((3, n.buf));
+        }
+        let groups = [parts.div_ceil(QUANTIZE_WG), vectors, 1];
+        let dispatch = self.dispatch(pipe, &entries, groups);
+        Ok(QuantizedX {
+            dispatch,
+            buf,
+            scales: records,
+        })
+    }
+
     /// y[z] = W · x[z] (+ bias) for `batch` vectors over the outputs `sel` picks; with
     /// `experts`, batch item z uses matrix ids[z] (and bias values ids[z] · expert_stride on).
     #[allow(clippy::too_many_arguments)]
@@ -992,12 +1076,19 @@ impl Ops {
             bias.is_some(),
             rpl,
         );
-        if self.dot_i8(&[w], false) {
+        // The router's product, which writes the norm's output, reads x itself.
+        let int8 = self.dot_i8(&[w], false) && folds.normed.is_none();
+        let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
+        let quantized = if int8 {
             d.insert("DOT_I8".into(), String::new());
-        }
-        if folds.norm.is_some() {
-            d.insert("NORM".into(), String::new());
-        }
+            let vectors = (batch.max(1) - 1) / x_div + 1;
+            Some(self.quantize_x(x, sel.in_dim as u32, vectors, folds.norm)?)
+        } else {
+            if folds.norm.is_some() {
+                d.insert("NORM".into(), String::new());
+            }
+            None
+        };
         if folds.residual.is_some() {
             d.insert("RESIDUAL".into(), String::new());
         }
@@ -1042,7 +1133,7 @@ impl Ops {
                 bias_stride: bias.map(|b| b.expert_stride).unwrap_or(0),
                 x_offset: x.offset,
                 x_stride: x.stride,
-                x_div: experts.map(|e| e.x_div.max(1)).unwrap_or(1),
+                x_div,
                 y_offset: y.offset + r.j_lo as u32,
                 y_stride: y.stride,
                 expert_first: (part.first_row / stored) as u32,
@@ -1051,7 +1142,8 @@ impl Ops {
                 bias_offset: bias.map(|b| b.offset).unwrap_or(0) + r.j_lo as u32,
                 norm_offset: folds.norm.map(|n| n.offset).unwrap_or(0),
                 eps: folds.norm.map(|n| n.eps).unwrap_or(0.0),
-                _pad: [0; 3],
+                xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
+                _pad: [0; 2],
             };
             let ub = self.ctx.uniform("matvec params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = part
@@ -1060,14 +1152,15 @@ impl Ops {
                 .enumerate()
                 .map(|(i, b)| (i as u32, b))
                 .collect();
-            entries.extend([(3, x.buf), (4, y.buf), (5, &ub)]);
+            let xbuf = quantized.as_ref().map(|q| &q.buf).unwrap_or(x.buf);
+            entries.extend([(3, xbuf), (4, y.buf), (5, &ub)]);
             if let Some(e) = &experts {
                 entries.push((6, e.ids));
             }
             if let Some(b) = &bias {
                 entries.push((7, b.buf));
             }
-            if let Some(n) = &folds.norm {
+            if let (Some(n), None) = (&folds.norm, &quantized) {
                 entries.push((8, n.buf));
             }
             if let Some(r) = folds.residual {
@@ -1078,11 +1171,12 @@ impl Ops {
             }
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, batch]));
         }
-        Ok(out)
+        Ok(with_quantization(quantized, out))
     }
 
     /// One vector through two or three whole, unsplit weights with the same input width in one
-    /// dispatch (see `Multi`); outputs start at offset 0 of their buffers.
+    /// dispatch (see `Multi`), behind the quantization of x where the weights take int8 x
+    /// (`dot_i8`); outputs start at offset 0 of their buffers.
     pub fn matvec_multi(
         &self,
         weights: &[&GpuWeight],
@@ -1091,7 +1185,7 @@ impl Ops {
         mode: Multi,
         norm: Option<NormFold>,
         biases: &[Bias],
-    ) -> GpuResult<Dispatch> {
+    ) -> GpuResult<Vec<Dispatch>> {
         let bad = |reason: String| GpuError::Unsupported {
             tensor: weights.first().map(|w| w.name.clone()).unwrap_or_default(),
             reason,
@@ -1113,11 +1207,20 @@ impl Ops {
             return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
         }
         let decoders: Vec<Defines> = weights.iter().map(|w| w.decoder()).collect();
+        let int8 = self.dot_i8(weights, glu);
+        let cols = weights[0].cols as u32;
+        let quantized = if int8 {
+            Some(self.quantize_x(x, cols, 1, norm)?)
+        } else {
+            None
+        };
+        // With int8 x the quantization applied the norm.
+        let norm = norm.filter(|_| !int8);
         let flags = MultiFlags {
             norm: norm.is_some(),
             bias: !biases.is_empty(),
             experts: false,
-            int8: self.dot_i8(weights, glu),
+            int8,
         };
         let pipe = self.multi_pipeline(decoders, mode, flags)?;
         let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
@@ -1138,14 +1241,15 @@ impl Ops {
             norm_offset: norm.map(|n| n.offset).unwrap_or(0),
             eps: norm.map(|n| n.eps).unwrap_or(0.0),
             bias_offsets: std::array::from_fn(|i| biases.get(i).map(|b| b.offset).unwrap_or(0)),
-            ..MultiParams::whole(used, weights[0].cols as u32, x.offset, gx)
+            xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
+            ..MultiParams::whole(used, cols, x.offset, gx)
         };
         let ub = self.ctx.uniform("multi params", &params);
         let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
         for (i, w) in weights.iter().enumerate() {
             entries.extend(multi_weight_entries(i, &w.parts[0]));
         }
-        entries.push((30, x.buf));
+        entries.push((30, quantized.as_ref().map(|q| &q.buf).unwrap_or(x.buf)));
         for (i, o) in outs.iter().enumerate() {
             entries.push((31 + i as u32, o));
         }
@@ -1156,7 +1260,8 @@ impl Ops {
         for (i, b) in biases.iter().enumerate() {
             entries.push((36 + i as u32, b.buf));
         }
-        Ok(self.dispatch(pipe, &entries, [gx, gy, 1]))
+        let product = self.dispatch(pipe, &entries, [gx, gy, 1]);
+        Ok(with_quantization(quantized, vec![product]))
     }
 
     /// The pipeline of `matvec_multi.wgsl` for weights read through `decoders`.
@@ -1248,11 +1353,19 @@ impl Ops {
             return bad("biases of different strides");
         }
         let decoders = vec![self.weight_defines(gw, gs), self.weight_defines(uw, us)];
+        let int8 = self.dot_i8(&[gw, uw], true);
+        let x_div = experts.x_div.max(1);
+        let quantized = if int8 {
+            let vectors = (items.max(1) - 1) / x_div + 1;
+            Some(self.quantize_x(x, gs.in_dim as u32, vectors, None)?)
+        } else {
+            None
+        };
         let flags = MultiFlags {
             norm: false,
             bias: biases.is_some(),
             experts: true,
-            int8: self.dot_i8(&[gw, uw], true),
+            int8,
         };
         let pipe = self.multi_pipeline(decoders, Multi::Glu(act), flags)?;
         let mrows = gw.matrix_rows(gs.input_major);
@@ -1278,23 +1391,25 @@ impl Ops {
                 matrix_rows: mrows as u32,
                 bias_stride: biases.map(|b| b[0].expert_stride).unwrap_or(0),
                 x_stride: x.stride,
-                x_div: experts.x_div.max(1),
+                x_div,
                 y_stride: y.stride,
                 expert_first: (gp.first_row / stored) as u32,
                 expert_count: (gp.rows / stored) as u32,
+                xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
                 ..MultiParams::whole([rows, 0, 0], gs.in_dim as u32, x.offset, gx)
             };
             let ub = self.ctx.uniform("glu experts params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
             entries.extend(multi_weight_entries(0, gp));
             entries.extend(multi_weight_entries(1, up));
-            entries.extend([(30, x.buf), (31, y.buf), (34, &ub), (39, experts.ids)]);
+            let xbuf = quantized.as_ref().map(|q| &q.buf).unwrap_or(x.buf);
+            entries.extend([(30, xbuf), (31, y.buf), (34, &ub), (39, experts.ids)]);
             if let Some([bg, bu]) = &biases {
                 entries.extend([(36, bg.buf), (37, bu.buf)]);
             }
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, items]));
         }
-        Ok(out)
+        Ok(with_quantization(quantized, out))
     }
 
     /// y[t] = W · x[t] (+ bias) for `tokens` rows of x over the outputs `sel` picks: on matrix
@@ -1372,9 +1487,9 @@ impl Ops {
         fits.then_some(CoopShape { rows, k, tokens })
     }
 
-    /// A matrix-core scratch buffer of at least `bytes` (see `Ops::coop_scratch`).
-    fn coop_buffer(&self, name: &'static str, bytes: u64) -> wgpu::Buffer {
-        let mut bufs = self.coop_scratch.lock().unwrap_or_else(|p| p.into_inner());
+    /// A products' scratch buffer of at least `bytes` (see `Ops::scratch`).
+    fn scratch_buffer(&self, name: &'static str, bytes: u64) -> wgpu::Buffer {
+        let mut bufs = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         match bufs.get(name) {
             Some(b) if b.size() >= bytes => b.clone(),
             _ => {
@@ -1400,9 +1515,9 @@ impl Ops {
         shape: CoopShape,
     ) -> GpuResult<Vec<Dispatch>> {
         let CoopShape { rows, k, tokens: t } = shape;
-        let w16 = self.coop_buffer("coop weights", rows as u64 * k as u64 * 2);
-        let x16 = self.coop_buffer("coop inputs", t as u64 * k as u64 * 2);
-        let block = bias.map(|_| self.coop_buffer("coop bias", rows as u64 * 16 * 4));
+        let w16 = self.scratch_buffer("coop weights", rows as u64 * k as u64 * 2);
+        let x16 = self.scratch_buffer("coop inputs", t as u64 * k as u64 * 2);
+        let block = bias.map(|_| self.scratch_buffer("coop bias", rows as u64 * 16 * 4));
         let bias_out = bias.zip(block.as_ref());
         let mut out = self.coop_weights(w, sel, &w16, k, bias_out)?;
         out.push(self.coop_inputs(x, &x16, sel.in_dim as u32, k, t)?);

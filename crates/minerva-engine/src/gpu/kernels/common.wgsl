@@ -15,58 +15,19 @@ struct XPart {
 }
 
 #ifdef DOT_I8
-// One int8 term of a part's x values for the decoders' integer dot products: a holds its first
-// vec4 as packed bytes, b the second's, sum their Σ.
-struct XInt8 {
-    a: u32,
-    b: u32,
-    sum: i32,
-}
-
-// A part's x values as two int8 terms (`dot_i8_part`): with scale s = max|v| / 127 over the
-// part's 8 values and t = v / s, coarse = round(t) and fine = round(254 · t) - 254 · coarse, the
-// rounded remainder in [-127, 127], so v = s · (coarse + fine / 254) within s / 508: about 15
-// bits of each value where one int8 holds 8 (whose error, 1/254 of a part's max|v|, moved
-// greedy logits by 0.04-0.07).
+// A part's x values as two int8 terms, quantized once per vector (quantize_x.wgsl): with scale
+// s = max|v| / 127 over the part's 8 values and t = v / s, coarse = round(t) and
+// fine = round(254 · t) - 254 · coarse, the rounded remainder in [-127, 127], so
+// v = s · (coarse + fine / 254) within s / 508: about 15 bits of each value where one int8 holds
+// 8 (whose error, 1/254 of a part's max|v|, moved greedy logits by 0.04-0.07). A part holds
+// vec4s j and j + 4 of its unit whatever the weight's dtype, so one quantized x serves Q4_0 and
+// Q8_0 weights alike. q: the coarse term's two vec4s as packed bytes, then the fine term's;
+// scale: s (times 1 / rms(x) where the quantization applied a norm); sum: Σ (coarse + fine / 254)
+// over the part, which Q4_0's offset of 8 per nibble multiplies.
 struct XQuant {
-    coarse: XInt8,
-    fine: XInt8,
+    q: vec4<u32>,
     scale: f32,
-}
-
-// Four values rounded to the nearest integers, each left in two's complement in the low
-// mantissa bits of 1.5·2^23 plus it: no float-to-int conversions, which run at a fraction of
-// the arithmetic rate.
-fn rounded_bits(v: vec4<f32>) -> vec4<u32> {
-    return bitcast<vec4<u32>>(v + 12582912.0);
-}
-
-// A term from its integers' bits (`rounded_bits`): pack4xU8 keeps each one's low byte.
-fn int8_term(a: vec4<u32>, b: vec4<u32>) -> XInt8 {
-    let pa = pack4xU8(a);
-    let pb = pack4xU8(b);
-    return XInt8(pa, pb, dot4I8Packed(pa, 0x01010101u) + dot4I8Packed(pb, 0x01010101u));
-}
-
-fn quantize_part(xp: XPart) -> XQuant {
-    let m = max(abs(xp.a), abs(xp.b));
-    let amax = max(max(m.x, m.y), max(m.z, m.w));
-    // Parts of zeros, or so small that 127 / amax could overflow, contribute nothing.
-    let inv = select(0.0, 127.0 / amax, amax >= 1e-30);
-    let ca = rounded_bits(xp.a * inv);
-    let cb = rounded_bits(xp.b * inv);
-    let inv_fine = 254.0 * inv;
-    let fa = rounded_bits(xp.a * inv_fine);
-    let fb = rounded_bits(xp.b * inv_fine);
-    // The fine term's low byte without a float remainder (whose t + 1.5·2^23 - 1.5·2^23 a
-    // compiler may fold to t): round(254 · t) - 254 · coarse ≡ fine bits + 2 · coarse bits
-    // (mod 256), as -254 ≡ 2 and the bias 1.5·2^23 has a zero low byte.
-    return XQuant(int8_term(ca, cb), int8_term(fa + 2u * ca, fb + 2u * cb), amax / 127.0);
-}
-
-// The integer dot product of two words of packed int8 weights with a term's two vec4s.
-fn dot_i8_term(wa: u32, wb: u32, x: XInt8) -> i32 {
-    return dot4I8Packed(wa, x.a) + dot4I8Packed(wb, x.b);
+    sum: f32,
 }
 
 // A part's integer dot products with the coarse and fine terms as one float, in x's steps.
