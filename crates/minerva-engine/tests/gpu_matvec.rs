@@ -1649,10 +1649,11 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
     ops.set_int8_products(true);
     let mut rng = Rng::new(21);
     // 45 rows: not a multiple of the 4 · (1 to 3) rows of a workgroup. 2336 values are 73
-    // units: rows' lanes end on different parts of a unit.
+    // units: rows' lanes end on different parts of a unit; 2880 (gpt-oss) are 90, 360 parts,
+    // more than one workgroup of the quantization.
     let rows = 45;
     for dtype in [DType::Q4_0, DType::Q8_0] {
-        for cols in [96usize, 2336] {
+        for cols in [96usize, 2336, 2880] {
             let s = make(dtype, rows, cols, &mut rng);
             let w_ref = s.reference().unwrap();
             let w = GpuWeight::upload(&ctx, &s.view(vec![rows, cols]), 1).unwrap();
@@ -1783,7 +1784,7 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
     let mut ops = Ops::new(ctx.clone());
     ops.set_int8_products(true);
     let mut rng = Rng::new(22);
-    for cols in [96usize, 2336] {
+    for cols in [96usize, 2336, 2880] {
         let stored = [
             make(DType::Q4_0, 45, cols, &mut rng),
             make(DType::Q8_0, 13, cols, &mut rng),
@@ -1937,5 +1938,129 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
             )
             .unwrap();
         assert!(!d.iter().any(|d| d.label.ends_with(" int8")));
+    }
+}
+
+/// Int8 expert products (x quantized per vector, then the experts the ids pick): Q4_0 and Q8_0
+/// experts of 2880 columns (90 units), 19 rows (not a whole number of workgroups), whole and
+/// split into parts of whole experts; items reading one vector per token (gate/up style, k = 2)
+/// and one vector each (down style, from an unaligned offset); and gate, up and SwiGLU in one
+/// product.
+#[test]
+fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
+    if device().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(23);
+    let (experts, rows, cols) = (5usize, 19usize, 2880usize);
+    let ids: Vec<u32> = vec![4, 1, 0, 4];
+    for dtype in [DType::Q4_0, DType::Q8_0] {
+        let gate = make(dtype, experts * rows, cols, &mut rng);
+        let up = make(dtype, experts * rows, cols, &mut rng);
+        let refs = [gate.reference().unwrap(), up.reference().unwrap()];
+        let mut xv = vec![0f32; 3];
+        xv.extend(rng.vec(ids.len() * cols));
+        let x = &xv[3..];
+        for split in [false, true] {
+            let mut ctx = GpuContext::new(&exact()).unwrap();
+            if split {
+                let widest = gate.bufs.iter().map(|b| b.len() / (experts * rows)).max();
+                ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
+            }
+            let ctx = Arc::new(ctx);
+            let exact_ops = Ops::new(ctx.clone());
+            let mut ops = Ops::new(ctx.clone());
+            ops.set_int8_products(true);
+            let upload = |s: &Stored| {
+                GpuWeight::upload(&ctx, &s.view(vec![experts, rows, cols]), rows).unwrap()
+            };
+            let (gw, uw) = (upload(&gate), upload(&up));
+            assert_eq!(gw.parts.len(), if split { 3 } else { 1 });
+            let all = MatSel {
+                matrix: 0,
+                offset: 0,
+                stride: 1,
+                out_dim: rows,
+                in_dim: cols,
+                input_major: false,
+            };
+            let (xb, ib) = (ctx.storage_with("x", &xv), ctx.storage_with("ids", &ids));
+            let yb = ctx.storage("y", (ids.len() * rows * 4) as u64);
+            let xr = Region::new(&xb, 3, cols as u32);
+            let yr = Region::new(&yb, 0, rows as u32);
+            // Expert e's row j of weight `which` against the vector item z reads.
+            let exact_row = |which: usize, e: usize, j: usize, xz: &[f32]| {
+                let r = e * rows + j;
+                let w = &refs[which][r * cols..(r + 1) * cols];
+                let (want, mag) = cpu_matmul(w, xz, 1, cols, 1);
+                (want[0], mag[0], int8_bounds(w, xz, 1, cols)[0])
+            };
+            for x_div in [2usize, 1] {
+                let sel = ExpertSel {
+                    ids: &ib,
+                    x_div: x_div as u32,
+                };
+                let run = |ops: &Ops| {
+                    let n = ids.len() as u32;
+                    let d = ops
+                        .matvec(&gw, &all, xr, yr, n, None, Some(sel), Folds::default())
+                        .unwrap();
+                    ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                    let labels: Vec<_> = d.iter().map(|d| d.label.clone()).collect();
+                    (labels, ctx.read_f32(&yb, 0, ids.len() * rows).unwrap())
+                };
+                let (_, f32_got) = run(&exact_ops);
+                let (labels, got) = run(&ops);
+                assert!(labels.iter().all(|l| l.ends_with(" int8")), "{labels:?}");
+                for (z, &e) in ids.iter().enumerate() {
+                    let xz = &x[(z / x_div) * cols..(z / x_div + 1) * cols];
+                    let rowwise: Vec<_> =
+                        (0..rows).map(|j| exact_row(0, e as usize, j, xz)).collect();
+                    let at = z * rows..(z + 1) * rows;
+                    assert_int8_close(
+                        &format!("{} split={split} x_div {x_div} item {z}", dtype.name()),
+                        &got[at.clone()],
+                        &f32_got[at],
+                        &rowwise.iter().map(|r| r.0).collect::<Vec<_>>(),
+                        &rowwise.iter().map(|r| r.1).collect::<Vec<_>>(),
+                        &rowwise.iter().map(|r| r.2).collect::<Vec<_>>(),
+                    );
+                }
+            }
+
+            let d = ops
+                .matvec_glu_experts(
+                    [&gw, &uw],
+                    [&all, &all],
+                    xr,
+                    yr,
+                    ids.len() as u32,
+                    Eltwise::SwiGlu,
+                    None,
+                    ExpertSel { ids: &ib, x_div: 2 },
+                )
+                .unwrap();
+            assert!(d.iter().all(|d| d.label.ends_with(" int8")));
+            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+            let got = ctx.read_f32(&yb, 0, ids.len() * rows).unwrap();
+            for (z, &e) in ids.iter().enumerate() {
+                let xz = &x[(z / 2) * cols..(z / 2 + 1) * cols];
+                for j in 0..rows {
+                    let (g, gmag, gbound) = exact_row(0, e as usize, j, xz);
+                    let (u, umag, ubound) = exact_row(1, e as usize, j, xz);
+                    let want = g / (1.0 + (-g).exp()) * u;
+                    // As in the fused int8 products' test.
+                    let tol = 1.23 * gbound * (u.abs() + 1.0 + ubound)
+                        + (g.abs() + gbound) * ubound
+                        + 1e-4 * (1.0 + gmag) * (1.0 + umag);
+                    let have = got[z * rows + j];
+                    assert!(
+                        (have - want).abs() <= tol,
+                        "{} split={split} gate/up item {z} row {j}: {have} vs {want} within {tol}",
+                        dtype.name()
+                    );
+                }
+            }
+        }
     }
 }
