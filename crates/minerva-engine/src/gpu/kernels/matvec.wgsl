@@ -32,7 +32,7 @@ struct Params {
     bias_offset: u32,
     norm_offset: u32,   // NORM: where the norm's weights start in norm_w
     eps: f32,           // NORM
-    xq_scales: u32,       // DOT_I8: where the records' scales start in xq (vec4s)
+    xq_scales: u32,     // DOT_I8: where the records' scales start in xq (vec4s)
     _pad1: u32,
     _pad2: u32,
 }

@@ -39,6 +39,8 @@ fn row_parts(at: RowAt, t: u32, parts: u32) -> vec4<f32> {
 #ifdef DOT_I8
 // Part i of the vector whose records start at xb, as quantize_x.wgsl wrote it: xq holds every
 // part's packed terms (one vec4 each), then from p.xq_scales on two parts' (scale, sum) per vec4.
+// The decoder's vec4 indices k do not matter: quantized parts are vec4s j and j + 4 for every
+// dtype.
 fn x_in(xb: u32, i: u32, k: vec2<u32>) -> XQuant {
     let g = xb + i;
     let m = xq[p.xq_scales + (g >> 1u)];
