@@ -600,12 +600,22 @@ fn read_halves(ctx: &GpuContext, buf: &wgpu::Buffer, n: usize) -> Vec<f32> {
 /// any rounding mode), or 2^-24 absolute (its subnormals).
 fn assert_halves(what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= w.abs() / 1024.0 + 6e-8,
-            "{what}: value {i} is {g}, expected {w}"
-        );
-    }
+    // All the wrong values, not just the first: which positions are off tells a decoder's
+    // fault from a rounding one.
+    let bad: Vec<String> = got
+        .iter()
+        .zip(want)
+        .enumerate()
+        .filter(|(_, (g, w))| (*g - *w).abs() > w.abs() / 1024.0 + 6e-8)
+        .map(|(i, (g, w))| format!("{i}: {g} not {w}"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{what}: {} of {} values wrong; first: {}",
+        bad.len(),
+        got.len(),
+        bad[..bad.len().min(24)].join(", ")
+    );
 }
 
 /// The matrix-core product's f16 copies of the weight (`Ops::coop_weights`) against the CPU, on

@@ -841,7 +841,7 @@ fn moe_route_and_combine() {
         let ob = ctx.storage_with("expert out", &outs);
         let yb = ctx.storage("y", (tokens * n * 4) as u64);
         let d = ops
-            .moe_combine(&ob, &wb, &yb, n as u32, k as u32, tokens as u32)
+            .moe_combine(&ob, &wb, &yb, n as u32, k as u32, tokens as u32, None)
             .unwrap();
         run(&ctx, &[&d]);
         let want: Vec<f32> = (0..tokens * n)
@@ -857,6 +857,19 @@ fn moe_route_and_combine() {
             &want,
             1e-5,
         );
+
+        // With a residual stream: y as before, and the same sums added into it.
+        let resid = rng.vec(tokens * n);
+        let rb = ctx.storage_with("resid", &resid);
+        let d = ops
+            .moe_combine(&ob, &wb, &yb, n as u32, k as u32, tokens as u32, Some(&rb))
+            .unwrap();
+        run(&ctx, &[&d]);
+        let added: Vec<f32> = resid.iter().zip(&want).map(|(r, w)| r + w).collect();
+        let y = ctx.read_f32(&yb, 0, tokens * n).unwrap();
+        assert_close("moe combine, y beside the residual", &y, &want, 1e-5);
+        let r = ctx.read_f32(&rb, 0, tokens * n).unwrap();
+        assert_close("moe combine into the residual", &r, &added, 1e-5);
     }
 }
 

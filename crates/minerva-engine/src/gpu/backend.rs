@@ -80,6 +80,17 @@ struct LastProduct {
     at: usize,
 }
 
+/// The last op recorded, when it was a MoE block whose last dispatch is the weighted combine of
+/// its experts' outputs into `out` (n tokens, k experts each), with the pending length after it:
+/// an add of `out` into another buffer right after it becomes part of the combine.
+#[derive(Clone, Copy)]
+struct LastCombine {
+    out: BufId,
+    k: usize,
+    n: usize,
+    at: usize,
+}
+
 /// A recorded RoPE of q and k together: buffers, parameters, the frequencies' vector, position,
 /// rows, and the pending length after its dispatch.
 #[derive(Clone, Copy)]
@@ -127,6 +138,7 @@ pub struct GpuBackend {
     /// product (q, k, v) or the GLU over two of them (gate, up) joins them in one dispatch.
     products: Option<Products>,
     last_product: Option<LastProduct>,
+    last_combine: Option<LastCombine>,
     deferred: Option<Deferred>,
     ids: wgpu::Buffer,
     ids_len: usize,
@@ -173,6 +185,7 @@ impl GpuBackend {
             last_qk_rope: None,
             products: None,
             last_product: None,
+            last_combine: None,
             deferred: None,
             ids,
             ids_len: 64,
@@ -217,6 +230,7 @@ impl GpuBackend {
         self.last_qk_rope = None;
         self.products = None;
         self.last_product = None;
+        self.last_combine = None;
     }
 
     /// Dispatches the deferred norm, if any, where it was recorded.
@@ -259,6 +273,9 @@ impl GpuBackend {
         }
         if let Some(p) = &mut self.last_product {
             shift(&mut p.at);
+        }
+        if let Some(c) = &mut self.last_combine {
+            shift(&mut c.at);
         }
         Ok(())
     }
@@ -1455,9 +1472,18 @@ impl Backend for GpuBackend {
                     h,
                     k as u32,
                     n as u32,
+                    None,
                 )?);
                 Ok(d)
             })?;
+            if block.shared.is_none() {
+                self.last_combine = Some(LastCombine {
+                    out,
+                    k,
+                    n,
+                    at: self.pending.len(),
+                });
+            }
         } else {
             // Separate tensors per expert: every expert runs densely, weighted by its routing
             // weight (0 for tokens that did not choose it).
@@ -1527,6 +1553,24 @@ impl Backend for GpuBackend {
         self.check_rows(acc, n, None, "add")?;
         self.check_rows(x, n, Some(cols), "add")?;
         self.touch(&[acc, x])?;
+        // Right after the MoE block that wrote x: its combine adds its results itself.
+        if let Some(c) = self.last_combine {
+            if c.out == x && c.n == n && c.at == self.pending.len() {
+                self.pending.pop();
+                let key = key!("moe combine+add", x, acc, n, c.k);
+                return self.record(key, |s| {
+                    Ok(vec![s.ops.moe_combine(
+                        s.src(Src::Scratch("moe expert out"))?,
+                        s.src(Src::Scratch("moe weights"))?,
+                        &s.buf(x)?.buf,
+                        cols as u32,
+                        c.k as u32,
+                        n as u32,
+                        Some(&s.buf(acc)?.buf),
+                    )?])
+                });
+            }
+        }
         // Right after the decode product that wrote x: the product adds its results itself.
         if let Some(lp) = self.last_product {
             let reads_acc = lp.x == acc || lp.norm.is_some_and(|d| d.x == acc);

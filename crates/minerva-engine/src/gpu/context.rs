@@ -111,6 +111,9 @@ impl GpuContext {
         if matrix_cores {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
+        if super::profile::Profiler::pass_asked() {
+            wanted |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        }
         let features = offered & wanted;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -158,7 +161,11 @@ impl GpuContext {
             max_workgroup_storage: limits.max_compute_workgroup_storage_size,
             matrix_cores,
         };
-        let profiler = super::profile::Profiler::from_env(caps.timestamps, &queue);
+        let profiler = super::profile::Profiler::from_env(
+            caps.timestamps,
+            features.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
+            &queue,
+        );
         Ok(GpuContext {
             device,
             queue,

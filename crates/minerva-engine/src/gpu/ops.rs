@@ -1824,7 +1824,11 @@ impl Ops {
         rows: u32,
         eps: f32,
     ) -> GpuResult<Dispatch> {
-        let d = defines(&[(mode, String::new())]);
+        let mut d = defines(&[(mode, String::new())]);
+        let caps = self.ctx.caps;
+        if caps.subgroups && caps.subgroup_max <= 256 {
+            d.insert("SUBGROUPS".into(), String::new());
+        }
         let pipe = self.pipeline("norm.wgsl", &d, "main")?;
         let params = NormParams {
             n,
@@ -2264,7 +2268,9 @@ impl Ops {
         ))
     }
 
-    /// y[t] = Σ_s weights[t, s] · expert_out[t·k + s] over rows of n values.
+    /// y[t] = Σ_s weights[t, s] · expert_out[t·k + s] over rows of n values, also added into
+    /// `residual` when given.
+    #[allow(clippy::too_many_arguments)]
     pub fn moe_combine(
         &self,
         expert_out: &wgpu::Buffer,
@@ -2273,8 +2279,13 @@ impl Ops {
         n: u32,
         k: u32,
         tokens: u32,
+        residual: Option<&wgpu::Buffer>,
     ) -> GpuResult<Dispatch> {
-        let pipe = self.pipeline("moe.wgsl", &Defines::new(), "combine")?;
+        let mut d = Defines::new();
+        if residual.is_some() {
+            d.insert("RESIDUAL".into(), String::new());
+        }
+        let pipe = self.pipeline("moe.wgsl", &d, "combine")?;
         let params = MoeParams {
             k,
             tokens,
@@ -2282,11 +2293,11 @@ impl Ops {
             ..Zeroable::zeroed()
         };
         let ub = self.ctx.uniform("combine params", &params);
-        Ok(self.dispatch(
-            pipe,
-            &[(0, &ub), (1, expert_out), (3, weights), (4, y)],
-            [n.div_ceil(64), tokens, 1],
-        ))
+        let mut entries = vec![(0, &ub), (1, expert_out), (3, weights), (4, y)];
+        if let Some(r) = residual {
+            entries.push((7, r));
+        }
+        Ok(self.dispatch(pipe, &entries, [n.div_ceil(64), tokens, 1]))
     }
 
     /// The index of the largest value of each of `rows` rows of n values → ids[row] (ties:

@@ -1,7 +1,10 @@
 //! Where a step's time goes. With `MINERVA_GPU_PROFILE=1` each dispatch runs in its own compute
 //! pass bracketed by timestamp queries, and the totals per kernel (and grid) are printed to
 //! stderr when the device is dropped; profiling adds a pass per dispatch and a wait per submit,
-//! so it is off unless asked for. With `MINERVA_GPU_TIMING=1` steps run as usual and the host's
+//! so it is off unless asked for. With `MINERVA_GPU_PROFILE=pass` (adapters with timestamps
+//! inside passes) the step keeps its one pass and a timestamp follows every dispatch: each
+//! kernel is charged the time from the previous one's end to its own, barrier included, so the
+//! kernels' times add up to the step's. With `MINERVA_GPU_TIMING=1` steps run as usual and the host's
 //! side of each read-back step (recording and submitting its pieces, then waiting) is timed instead.
 
 use super::pipelines::Dispatch;
@@ -14,6 +17,8 @@ const MAX_TIMED: usize = 2048;
 
 pub struct Profiler {
     period_ns: f64,
+    /// Timestamps between the dispatches of one pass rather than a pass per dispatch.
+    in_pass: bool,
     /// label → (launches, total ns)
     totals: Mutex<HashMap<String, (u64, f64)>>,
 }
@@ -26,15 +31,26 @@ pub struct Pending {
 
 impl Profiler {
     /// A profiler when the environment asks for one and the device has timestamp queries.
-    pub fn from_env(timestamps: bool, queue: &wgpu::Queue) -> Option<Profiler> {
+    pub fn from_env(timestamps: bool, in_pass: bool, queue: &wgpu::Queue) -> Option<Profiler> {
         let asked = std::env::var("MINERVA_GPU_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0");
         if asked && !timestamps {
             eprintln!("MINERVA_GPU_PROFILE: this adapter has no timestamp queries; not profiling");
         }
+        let pass_asked = Self::pass_asked();
+        if pass_asked && timestamps && !in_pass {
+            eprintln!("MINERVA_GPU_PROFILE=pass: no timestamps inside passes here; a pass each");
+        }
         (asked && timestamps).then(|| Profiler {
             period_ns: queue.get_timestamp_period() as f64,
+            in_pass: pass_asked && in_pass,
             totals: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether the environment asks for timestamps inside one pass (the device then requests
+    /// the feature where the adapter offers it).
+    pub fn pass_asked() -> bool {
+        std::env::var("MINERVA_GPU_PROFILE").is_ok_and(|v| v == "pass")
     }
 
     /// Records `dispatches` into `enc`, the first `MAX_TIMED` each in a timed pass of its own.
@@ -53,7 +69,25 @@ impl Profiler {
             ty: wgpu::QueryType::Timestamp,
             count: 2 * timed as u32,
         });
-        for (i, d) in dispatches.iter().enumerate() {
+        if self.in_pass {
+            // Stamp 2i is the end of dispatch i - 1 (the pass's start for i = 0), 2i + 1 the end
+            // of dispatch i; the odd stamps repeat as the next even ones.
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("profiled step"),
+                timestamp_writes: None,
+            });
+            pass.write_timestamp(&set, 0);
+            for (i, d) in dispatches.iter().enumerate() {
+                d.record(&mut pass);
+                if i < timed {
+                    pass.write_timestamp(&set, 2 * i as u32 + 1);
+                    if i + 1 < timed {
+                        pass.write_timestamp(&set, 2 * i as u32 + 2);
+                    }
+                }
+            }
+        }
+        for (i, d) in dispatches.iter().enumerate().filter(|_| !self.in_pass) {
             let timestamp_writes = (i < timed).then(|| wgpu::ComputePassTimestampWrites {
                 query_set: &set,
                 beginning_of_pass_write_index: Some(2 * i as u32),

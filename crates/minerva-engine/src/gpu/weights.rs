@@ -139,8 +139,18 @@ pub fn decoder_defines(dtype: DType, scale_dtype: Option<DType>) -> Option<Defin
         _ => return None,
     };
     let mut d = defines(&[("DECODER", file.into()), (flag, String::new())]);
-    if matches!(dtype, DType::MXFP4 | DType::MlxMxfp4 | DType::HfMxfp4) {
-        // Power-of-two block scales: the products apply them once per part (unit.wgsl).
+    if matches!(
+        dtype,
+        DType::MXFP4
+            | DType::MlxMxfp4
+            | DType::HfMxfp4
+            | DType::Q4_0
+            | DType::Q5_0
+            | DType::Q8_0
+            | DType::Q3_K
+            | DType::Q6_K
+    ) {
+        // One scale per part and no offset: the products apply it once per part (unit.wgsl).
         d.insert("SCALED_PARTS".into(), String::new());
     }
     Some(d)

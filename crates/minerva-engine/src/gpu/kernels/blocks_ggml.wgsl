@@ -35,38 +35,39 @@ fn high_bits(h: u32, j: u32) -> vec4<f32> {
     return vec4<f32>(f32(b & 1u), f32((b >> 1u) & 1u), f32((b >> 2u) & 1u), f32((b >> 3u) & 1u)) * 16.0;
 }
 
-#ifdef DT_MXFP4
+// Q4_0, Q5_0, Q8_0 and MXFP4 blocks have one scale and no offset: their parts leave it as the
+// part's multiplier, which the decode products apply once per part (SCALED_PARTS, unit.wgsl).
+#ifdef SCALED_PARTS
 fn load_scaled_part(row: u32, u: u32, j: u32, cols: u32) -> ScaledPart {
     let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
+#ifdef DT_MXFP4
     return ScaledPart(e2m1_nibbles_x4(w0_word(b + 1u + 4u * j)), e8m0(w0_byte(b)) * 0.25);
+#endif
+#ifdef DT_Q8_0
+    let q = b + 2u + 8u * j;
+    return ScaledPart(Part(sbytes4(w0_word(q)), sbytes4(w0_word(q + 4u))), w0_f16(b));
+#endif
+#ifdef DT_Q4_0
+    let q = w0_word(b + 2u + 4u * j);
+    return ScaledPart(Part(lo4_minus(q, 8.0), hi4_minus(q, 8.0)), w0_f16(b));
+#endif
+#ifdef DT_Q5_0
+    let h = w0_word(b + 2u);
+    let q = w0_word(b + 6u + 4u * j);
+    return ScaledPart(
+        Part(lo4(q) + high_bits(h, 4u * j) - 16.0, hi4(q) + high_bits(h, 16u + 4u * j) - 16.0),
+        w0_f16(b),
+    );
+#endif
 }
 #else
 fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
     let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
-#ifdef DT_Q8_0
-    let d = w0_f16(b);
-    let q = b + 2u + 8u * j;
-    return Part(sbytes4(w0_word(q)) * d, sbytes4(w0_word(q + 4u)) * d);
-#endif
-#ifdef DT_Q4_0
-    let d = w0_f16(b);
-    let q = w0_word(b + 2u + 4u * j);
-    return Part(lo4_minus(q, 8.0) * d, hi4_minus(q, 8.0) * d);
-#endif
 #ifdef DT_Q4_1
     let d = w0_f16(b);
     let m = w0_f16(b + 2u);
     let q = w0_word(b + 4u + 4u * j);
     return Part(lo4(q) * d + m, hi4(q) * d + m);
-#endif
-#ifdef DT_Q5_0
-    let d = w0_f16(b);
-    let h = w0_word(b + 2u);
-    let q = w0_word(b + 6u + 4u * j);
-    return Part(
-        (lo4(q) + high_bits(h, 4u * j) - 16.0) * d,
-        (hi4(q) + high_bits(h, 16u + 4u * j) - 16.0) * d,
-    );
 #endif
 #ifdef DT_Q5_1
     let d = w0_f16(b);

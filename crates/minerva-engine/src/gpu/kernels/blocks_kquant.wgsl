@@ -50,6 +50,52 @@ fn scale_q3k(s: u32, i: u32) -> f32 {
     return f32(i32((w >> (8u * (i % 4u))) & 0xFFu) - 32);
 }
 
+#ifdef DT_Q3_K
+// Q3_K: a part's 8 values share one signed 6-bit scale, left with d as the part's multiplier
+// (SCALED_PARTS). Each value is its 2 low bits (pair t of sub-block j's qs bytes) plus 4 when
+// its hmask bit n·4 + t is set, minus 4: both bits are joined into one 3-bit integer per byte
+// before the conversion to floats.
+fn load_scaled_part(row: u32, u: u32, jp: u32, cols: u32) -> ScaledPart {
+    var out: Part;
+    let b = (row * (cols / 256u) + u / 8u) * BLOCK_BYTES;
+    let j = u % 8u;
+    let n = j / 4u;
+    let t = j % 4u;
+    let bit = n * 4u + t;
+    for (var i = 0u; i < 2u; i++) {
+        let k = 2u * jp + i;
+        let low = (w0_word(b + 32u + n * 32u + 4u * k) >> (2u * t)) & 0x03030303u;
+        let high = (w0_word(b + 4u * k) >> bit) & 0x01010101u;
+        out[i] = bytes4(low | (high << 2u)) - 4.0;
+    }
+    let scale = scale_q3k(b + 96u, n * 8u + 2u * t + jp / 2u);
+    return ScaledPart(out, w0_f16(b + 108u) * scale);
+}
+#endif
+#ifdef DT_Q6_K
+// Q6_K: a part's 8 values share one signed 8-bit scale, left with d as the part's multiplier
+// (SCALED_PARTS): the values are the 6-bit integers minus 32. Sub-block j's low 4 bits are the
+// low or high nibbles (t >= 2) of its 32 ql bytes, its top 2 bits pair t of its qh bytes.
+fn load_scaled_part(row: u32, u: u32, jp: u32, cols: u32) -> ScaledPart {
+    var out: Part;
+    let b = (row * (cols / 256u) + u / 8u) * BLOCK_BYTES;
+    let j = u % 8u;
+    let n = j / 4u;
+    let t = j % 4u;
+    let ql = b + n * 64u + (t & 1u) * 32u;
+    let qh = b + 128u + n * 32u;
+    let nibble = 4u * (t >> 1u);
+    for (var i = 0u; i < 2u; i++) {
+        let k = 2u * jp + i;
+        let lo = lo4_minus(w0_word(ql + 4u * k) >> nibble, 32.0);
+        out[i] = lo + bytes4((w0_word(qh + 4u * k) >> (2u * t)) & 0x03030303u) * 16.0;
+    }
+    let si = b + 192u + n * 8u + jp / 2u + 2u * t;
+    let sc = f32((bitcast<i32>(w0_byte(si)) << 24u) >> 24u);
+    return ScaledPart(out, w0_f16(b + 208u) * sc);
+}
+#endif
+#ifndef SCALED_PARTS
 fn load_part(row: u32, u: u32, jp: u32, cols: u32) -> Part {
     var out: Part;
     let b = (row * (cols / 256u) + u / 8u) * BLOCK_BYTES;
@@ -79,22 +125,6 @@ fn load_part(row: u32, u: u32, jp: u32, cols: u32) -> Part {
         out[i] = v * (d * sm.x) - dmin * sm.y;
     }
 #endif
-#ifdef DT_Q6_K
-    let d = w0_f16(b + 208u);
-    let n = j / 4u;
-    let t = j % 4u;
-    let ql = b + n * 64u + (t & 1u) * 32u;
-    let qh = b + 128u + n * 32u;
-    for (var i = 0u; i < 2u; i++) {
-        let k = 2u * jp + i;
-        let w = w0_word(ql + 4u * k);
-        let lo = select(lo4(w), hi4(w), t >= 2u);
-        let h = bytes4((w0_word(qh + 4u * k) >> (2u * t)) & 0x03030303u) * 16.0;
-        let si = b + 192u + n * 8u + k / 4u + 2u * t;
-        let sc = f32((bitcast<i32>(w0_byte(si)) << 24u) >> 24u);
-        out[i] = (lo + h - 32.0) * (d * sc);
-    }
-#endif
 #ifdef DT_Q2_K
     let d = w0_f16(b + 80u);
     let dmin = w0_f16(b + 82u);
@@ -109,21 +139,8 @@ fn load_part(row: u32, u: u32, jp: u32, cols: u32) -> Part {
         out[i] = q * (d * f32(sc & 0xFu)) - dmin * f32(sc >> 4u);
     }
 #endif
-#ifdef DT_Q3_K
-    let d = w0_f16(b + 108u);
-    let n = j / 4u;
-    let t = j % 4u;
-    let bit = n * 4u + t;
-    for (var i = 0u; i < 2u; i++) {
-        let k = 2u * jp + i;
-        let half = k / 4u;
-        let dl = d * scale_q3k(b + 96u, n * 8u + 2u * t + half);
-        let q = bytes4((w0_word(b + 32u + n * 32u + 4u * k) >> (2u * t)) & 0x03030303u);
-        let hm = bytes4((w0_word(b + 4u * k) >> bit) & 0x01010101u);
-        out[i] = (q - 4.0 + 4.0 * hm) * dl;
-    }
-#endif
     return out;
 }
+#endif
 
 #include "unit.wgsl"

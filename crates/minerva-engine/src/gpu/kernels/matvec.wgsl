@@ -120,11 +120,12 @@ fn main(
     let parts = select(0u, vec_parts, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
 #ifdef NORM_OUT
-    // The lanes of the first rows have summed x² over all of x: they write the norm's output,
-    // multiplied in the order of norm.wgsl.
-    if (wid.x == 0u && wid.y == 0u && r_local == 0u) {
+    // The lanes of the first workgroup's live rows have each summed x² over all of x: they
+    // share writing the norm's output, multiplied in the order of norm.wgsl.
+    let groups = min(RPW, (p.rows + RPL - 1u) / RPL);
+    if (wid.x == 0u && wid.y == 0u && r_local < groups) {
         let inv = inverseSqrt(s.y / f32(p.cols) + p.eps);
-        for (var c = t; c < p.cols; c += TPR) {
+        for (var c = lid; c < p.cols; c += groups * TPR) {
             let i = at.xb + c;
             let g = p.norm_offset + c;
             normed[c] = x[i >> 2u][i & 3u] * inv * norm_w[g >> 2u][g & 3u];

@@ -4,7 +4,8 @@
 //   group    prefill: the tokens·k (token, slot) items sorted by expert, in tiles of at most
 //            `tile_tokens` items of one expert for the grouped expert products (matmul.wgsl
 //            with EXPERTS).
-//   combine  y[t] = Σ_s weight[t·k + s] · expert_out[t·k + s].
+//   combine  y[t] = Σ_s weight[t·k + s] · expert_out[t·k + s]; with RESIDUAL also added into
+//            `resid` (the residual stream), so that no add of its own follows.
 //   scatter  y[t][e] = the routing weight of expert e for token t (0 when not chosen), for
 //            experts that are separate tensors and run densely.
 struct Params {
@@ -30,6 +31,9 @@ struct Params {
 // group: item indices expert by expert, and per tile (expert, first position in order, items).
 @group(0) @binding(5) var<storage, read_write> order: array<u32>;
 @group(0) @binding(6) var<storage, read_write> tiles: array<vec4<u32>>;
+#ifdef RESIDUAL
+@group(0) @binding(7) var<storage, read_write> resid: array<f32>;
+#endif
 
 // One workgroup per token and one thread per expert (route) or per expert slot (group).
 const MAX_EXPERTS: u32 = 256u;
@@ -156,6 +160,9 @@ fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
         acc += weights[slot] * src[slot * p.n + i];
     }
     y[t * p.n + i] = acc;
+#ifdef RESIDUAL
+    resid[t * p.n + i] += acc;
+#endif
 }
 
 @compute @workgroup_size(64)
