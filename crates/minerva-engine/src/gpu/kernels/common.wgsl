@@ -31,14 +31,10 @@ struct XQuant {
 }
 
 // A part's integer dot products with the coarse and fine terms as one float, in x's steps.
+// Plain conversions: a bias trick (n + 1.5·2^23 read as a float, minus 1.5·2^23) loses the
+// low bits where a compiler reassociates the subtraction with the sum (common.wgsl, bytes4).
 fn join_terms(coarse: i32, fine: i32) -> f32 {
-    return exact_f32(coarse) + exact_f32(fine) * (1.0 / 254.0);
-}
-
-// An integer with |n| < 2^22 as f32 without an int-to-float conversion: 1.5·2^23 + n holds n
-// in its low mantissa bits.
-fn exact_f32(n: i32) -> f32 {
-    return bitcast<f32>(n + 0x4B400000) - 12582912.0;
+    return f32(coarse) + f32(fine) * (1.0 / 254.0);
 }
 #endif
 

@@ -30,11 +30,9 @@ struct Params {
 
 const WG: u32 = 64u;
 
-// Four values rounded to the nearest integers, each left in two's complement in the low
-// mantissa bits of 1.5·2^23 plus it: no float-to-int conversions, which run at a fraction of
-// the arithmetic rate.
-fn rounded_bits(v: vec4<f32>) -> vec4<u32> {
-    return bitcast<vec4<u32>>(v + 12582912.0);
+// Four values rounded to the nearest integers.
+fn rounded(v: vec4<f32>) -> vec4<i32> {
+    return vec4<i32>(round(v));
 }
 
 // Σ of the four int8 values packed in a word.
@@ -49,20 +47,13 @@ fn quantize_part(a: vec4<f32>, b: vec4<f32>) -> XQuant {
     let amax = max(max(m.x, m.y), max(m.z, m.w));
     // Parts of zeros, or so small that 127 / amax could overflow, contribute nothing.
     let inv = select(0.0, 127.0 / amax, amax >= 1e-30);
-    let ca = rounded_bits(a * inv);
-    let cb = rounded_bits(b * inv);
+    let ca = rounded(a * inv);
+    let cb = rounded(b * inv);
+    // The fine term: the remainder of 254 · t after 254 · coarse, in [-127, 127].
     let inv_fine = 254.0 * inv;
-    let fa = rounded_bits(a * inv_fine);
-    let fb = rounded_bits(b * inv_fine);
-    // The fine term's low byte without a float remainder (whose t + 1.5·2^23 - 1.5·2^23 a
-    // compiler may fold to t): round(254 · t) - 254 · coarse ≡ fine bits + 2 · coarse bits
-    // (mod 256), as -254 ≡ 2 and the bias 1.5·2^23 has a zero low byte.
-    let q = vec4<u32>(
-        pack4xU8(ca),
-        pack4xU8(cb),
-        pack4xU8(fa + 2u * ca),
-        pack4xU8(fb + 2u * cb),
-    );
+    let fa = rounded(a * inv_fine) - 254 * ca;
+    let fb = rounded(b * inv_fine) - 254 * cb;
+    let q = vec4<u32>(pack4xI8(ca), pack4xI8(cb), pack4xI8(fa), pack4xI8(fb));
     let sum = join_terms(byte_sum(q.x) + byte_sum(q.y), byte_sum(q.z) + byte_sum(q.w));
     return XQuant(q, amax / 127.0, sum);
 }
