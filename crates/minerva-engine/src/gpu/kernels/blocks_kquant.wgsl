@@ -87,8 +87,9 @@ fn load_scaled_part(row: u32, u: u32, jp: u32, cols: u32) -> ScaledPart {
     let nibble = 4u * (t >> 1u);
     for (var i = 0u; i < 2u; i++) {
         let k = 2u * jp + i;
-        let lo = lo4_minus(w0_word(ql + 4u * k) >> nibble, 32.0);
-        out[i] = lo + bytes4((w0_word(qh + 4u * k) >> (2u * t)) & 0x03030303u) * 16.0;
+        let low = (w0_word(ql + 4u * k) >> nibble) & 0x0F0F0F0Fu;
+        let high = (w0_word(qh + 4u * k) >> (2u * t)) & 0x03030303u;
+        out[i] = bytes4(low | (high << 4u)) - 32.0;
     }
     let si = b + 192u + n * 8u + jp / 2u + 2u * t;
     let sc = f32((bitcast<i32>(w0_byte(si)) << 24u) >> 24u);

@@ -46,15 +46,6 @@ fn bf16_bits(h: u32) -> f32 {
     return bitcast<f32>((h & 0xFFFFu) << 16u);
 }
 
-// Bit fields to floats without integer-to-float conversions, which run at a fraction of the
-// arithmetic rate on many GPUs: a field kept in place at bit p (p + width ≤ 23) ORed into the
-// mantissa of 2^23 reads exactly 2^23 + v·2^p, and one multiply-add with 2^-p (`scale`) leaves
-// v - offset.
-fn fields4(bits: vec4<u32>, scale: vec4<f32>, offset: f32) -> vec4<f32> {
-    let f = bitcast<vec4<f32>>(bits | vec4<u32>(0x4B000000u));
-    return f * scale - (8388608.0 * scale + offset);
-}
-
 // A part's decoded values before its scale: the products multiply a part's dot product by
 // `mult` once instead of every value (decoders with SCALED_PARTS, unit.wgsl).
 struct ScaledPart {
@@ -113,39 +104,37 @@ fn e8m0(e: u32) -> f32 {
     return bitcast<f32>((e & 0xFFu) << 23u);
 }
 
+// Small integer fields to floats: by conversion instructions, not by ORing them into the
+// mantissa of 2^23 and subtracting it again. That trick is exact only if the subtraction comes
+// first, and NVIDIA's compiler reassociates float sums: it folded the 2^23 terms of several
+// fields added together (Q3_K's low and high bits, Q6_K's) into one constant, leaving their sum
+// rounded to 2^23's precision (benches/GPU.md, entry 49).
+
 // The four bytes of a word as a vec4 of their unsigned values.
 fn bytes4(w: u32) -> vec4<f32> {
-    let r = w >> 16u;
-    let bits = vec4<u32>(w & 0xFFu, w & 0xFF00u, r & 0xFFu, r & 0xFF00u);
-    return fields4(bits, vec4<f32>(1.0, 1.0 / 256.0, 1.0, 1.0 / 256.0), 0.0);
+    return vec4<f32>(unpack4xU8(w));
 }
 
 // The four bytes of a word as a vec4 of signed values.
 fn sbytes4(w: u32) -> vec4<f32> {
-    let u = w ^ 0x80808080u;
-    let r = u >> 16u;
-    let bits = vec4<u32>(u & 0xFFu, u & 0xFF00u, r & 0xFFu, r & 0xFF00u);
-    return fields4(bits, vec4<f32>(1.0, 1.0 / 256.0, 1.0, 1.0 / 256.0), 128.0);
+    return vec4<f32>(unpack4xI8(w));
 }
 
 // Low nibbles of the four bytes of a word, minus `offset`.
 fn lo4_minus(w: u32, offset: f32) -> vec4<f32> {
-    let bits = vec4<u32>(w & 0xFu, w & 0xF00u, w & 0xF0000u, (w >> 12u) & 0xF000u);
-    return fields4(bits, vec4<f32>(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 4096.0), offset);
+    return bytes4(w & 0x0F0F0F0Fu) - offset;
 }
 
 // High nibbles of the four bytes of a word, minus `offset`.
 fn hi4_minus(w: u32, offset: f32) -> vec4<f32> {
-    let r = w >> 12u;
-    let bits = vec4<u32>(w & 0xF0u, w & 0xF000u, r & 0xF00u, r & 0xF0000u);
-    return fields4(bits, vec4<f32>(1.0 / 16.0, 1.0 / 4096.0, 1.0 / 256.0, 1.0 / 65536.0), offset);
+    return bytes4((w >> 4u) & 0x0F0F0F0Fu) - offset;
 }
 
 // Low and high nibbles of the four bytes of a word.
 fn lo4(w: u32) -> vec4<f32> {
-    return lo4_minus(w, 0.0);
+    return bytes4(w & 0x0F0F0F0Fu);
 }
 
 fn hi4(w: u32) -> vec4<f32> {
-    return hi4_minus(w, 0.0);
+    return bytes4((w >> 4u) & 0x0F0F0F0Fu);
 }
