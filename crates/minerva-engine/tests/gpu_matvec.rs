@@ -1657,6 +1657,7 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
     let mut exact = Ops::new(ctx.clone());
     let mut ops = Ops::new(ctx.clone());
     ops.set_int8_products(true);
+    ops.set_int8_min_outputs(0);
     let mut rng = Rng::new(21);
     // 45 rows: not a multiple of the 4 · (1 to 3) rows of a workgroup. 2336 values are 73
     // units: rows' lanes end on different parts of a unit; 2880 (gpt-oss) are 90, 360 parts,
@@ -1793,6 +1794,7 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
     let exact = Ops::new(ctx.clone());
     let mut ops = Ops::new(ctx.clone());
     ops.set_int8_products(true);
+    ops.set_int8_min_outputs(0);
     let mut rng = Rng::new(22);
     for cols in [96usize, 2336, 2880] {
         let stored = [
@@ -1981,6 +1983,7 @@ fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
             let exact_ops = Ops::new(ctx.clone());
             let mut ops = Ops::new(ctx.clone());
             ops.set_int8_products(true);
+            ops.set_int8_min_outputs(0);
             let upload = |s: &Stored| {
                 GpuWeight::upload(&ctx, &s.view(vec![experts, rows, cols]), rows).unwrap()
             };

@@ -793,6 +793,8 @@ pub struct Ops {
     rows_per_lane: Option<u32>,
     /// Decode products of Q4_0 and Q8_0 weights take int8 x (`GpuContext::int8_products`).
     int8_products: bool,
+    /// ... those of at least this many outputs (INT8_MIN_OUTPUTS).
+    int8_min_outputs: u32,
     /// The products' scratch buffers by name (the matrix-core product's f16 weights, f16
     /// inputs and bias block; the int8 products' quantized x), shared by every product and
     /// replaced by larger ones as needed: each product's dispatches keep the buffers they were
@@ -804,6 +806,12 @@ pub struct Ops {
 /// 128×2, 64×2, 256×2 and lanes per row chosen by row length (benches/GPU.md, entries 25 and
 /// 29): never slower by more than noise, up to 8 % faster.
 pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
+
+/// The fewest outputs of a decode product that takes int8 x. Its quantizing dispatch cost the
+/// H200 about what the int8 product saved on products of 2,048–5,632 rows (tinyllama decode
+/// 644 tok/s with and without; benches/GPU.md, entry 48), while the 201,088-row vocabulary
+/// product of gpt-oss ran 1.6× faster: so only vocabulary-sized products take it.
+pub const INT8_MIN_OUTPUTS: u32 = 16384;
 
 /// Parts whose loads a lane of a decode product issues together: plain products, and products
 /// reading two weights per part (GLU; entry 34).
@@ -829,6 +837,7 @@ impl Ops {
             in_flight: IN_FLIGHT,
             rows_per_lane: None,
             int8_products: ctx.int8_products,
+            int8_min_outputs: INT8_MIN_OUTPUTS,
             scratch: Mutex::new(HashMap::new()),
             ctx,
         }
@@ -858,10 +867,19 @@ impl Ops {
         self.int8_products = on;
     }
 
-    /// Whether a decode product over `weights` takes int8 x (DOT_I8, x quantized by a dispatch
-    /// of its own before it): every weight Q4_0 or Q8_0, and with `one_x` (GLU) of one dtype.
-    pub fn dot_i8(&self, weights: &[&GpuWeight], one_x: bool) -> bool {
+    /// Sets the fewest outputs for which a decode product takes int8 x (tests and benches
+    /// check the int8 products at any size with 0).
+    pub fn set_int8_min_outputs(&mut self, outputs: u32) {
+        self.int8_min_outputs = outputs;
+    }
+
+    /// Whether a decode product of `outputs` results over `weights` takes int8 x (DOT_I8, x
+    /// quantized by a dispatch of its own before it): every weight Q4_0 or Q8_0, with `one_x`
+    /// (GLU) of one dtype, and enough outputs that the faster product pays for the quantizing
+    /// dispatch (INT8_MIN_OUTPUTS).
+    pub fn dot_i8(&self, weights: &[&GpuWeight], one_x: bool, outputs: u32) -> bool {
         self.int8_products
+            && outputs >= self.int8_min_outputs
             && weights
                 .iter()
                 .all(|w| matches!(w.dtype, DType::Q4_0 | DType::Q8_0))
@@ -1077,7 +1095,8 @@ impl Ops {
             rpl,
         );
         // The router's product, which writes the norm's output, reads x itself.
-        let int8 = self.dot_i8(&[w], false) && folds.normed.is_none();
+        let outputs = sel.out_dim as u32 * batch.max(1);
+        let int8 = self.dot_i8(&[w], false, outputs) && folds.normed.is_none();
         let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
         let quantized = if int8 {
             d.insert("DOT_I8".into(), String::new());
@@ -1207,7 +1226,12 @@ impl Ops {
             return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
         }
         let decoders: Vec<Defines> = weights.iter().map(|w| w.decoder()).collect();
-        let int8 = self.dot_i8(weights, glu);
+        let rows: u32 = if glu {
+            weights[0].rows as u32
+        } else {
+            weights.iter().map(|w| w.rows as u32).sum()
+        };
+        let int8 = self.dot_i8(weights, glu, rows);
         let cols = weights[0].cols as u32;
         let quantized = if int8 {
             Some(self.quantize_x(x, cols, 1, norm)?)
@@ -1353,7 +1377,7 @@ impl Ops {
             return bad("biases of different strides");
         }
         let decoders = vec![self.weight_defines(gw, gs), self.weight_defines(uw, us)];
-        let int8 = self.dot_i8(&[gw, uw], true);
+        let int8 = self.dot_i8(&[gw, uw], true, gs.out_dim as u32 * items.max(1));
         let x_div = experts.x_div.max(1);
         let quantized = if int8 {
             let vectors = (items.max(1) - 1) / x_div + 1;
