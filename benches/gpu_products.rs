@@ -61,9 +61,10 @@ fn context() -> Option<Arc<GpuContext>> {
     }
 }
 
-/// Times `REPEAT` copies of `d` per submit; reports the time per copy.
-fn time_dispatch(c: &mut Criterion, ctx: &GpuContext, name: &str, d: &Dispatch) {
-    let list: Vec<&Dispatch> = vec![d; REPEAT];
+/// Times `REPEAT` copies of the dispatches `d` (a product, after the quantization of its x with
+/// int8 x) per submit; reports the time per copy.
+fn time_dispatch(c: &mut Criterion, ctx: &GpuContext, name: &str, d: &[Dispatch]) {
+    let list: Vec<&Dispatch> = (0..REPEAT).flat_map(|_| d).collect();
     c.bench_function(name, |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -84,6 +85,9 @@ fn products(c: &mut Criterion) {
     let x = ctx.storage_with("x", &vec![0.5f32; 8192]);
     let y = ctx.storage("y", 4 * 201_088);
     let mut ops = Ops::new(ctx.clone());
+    // Int8 x for every Q4_0/Q8_0 product of the sweep, whatever its size, so the bench shows
+    // where it pays (INT8_MIN_OUTPUTS).
+    ops.set_int8_min_outputs(0);
 
     let tiny = ops
         .eltwise(
@@ -95,7 +99,12 @@ fn products(c: &mut Criterion) {
             1,
         )
         .expect("copy");
-    time_dispatch(c, &ctx, "dispatch floor (1-value copy)", &tiny);
+    time_dispatch(
+        c,
+        &ctx,
+        "dispatch floor (1-value copy)",
+        std::slice::from_ref(&tiny),
+    );
 
     // tinyllama-1.1b's products, and gpt-oss-20b's output and four experts' worth of rows.
     let shapes = [
@@ -129,7 +138,7 @@ fn products(c: &mut Criterion) {
                 "{} {rows}x{cols} wg {wg} lane groups {rpw} rows per lane {rows_per_lane}",
                 dtype.name()
             );
-            time_dispatch(c, &ctx, &name, &d[0]);
+            time_dispatch(c, &ctx, &name, &d);
         }
     }
 
@@ -166,6 +175,10 @@ fn products(c: &mut Criterion) {
             .expect("glu product");
         let name = format!("Q4_0 gate/up {rows}x{cols} norm {with_norm}");
         time_dispatch(c, &ctx, &name, &d);
+        if d.len() > 1 {
+            // The int8 products' quantization of x (with the norm) on its own.
+            time_dispatch(c, &ctx, &format!("{name}: x quantized alone"), &d[..1]);
+        }
         ops.set_rows_per_lane(2);
         let d = ops
             .matvec(
@@ -183,7 +196,7 @@ fn products(c: &mut Criterion) {
             )
             .expect("matvec");
         let name = format!("Q4_0 {}x{cols} rows per lane 2 norm {with_norm}", 2 * rows);
-        time_dispatch(c, &ctx, &name, &d[0]);
+        time_dispatch(c, &ctx, &name, &d);
     }
 }
 

@@ -39,7 +39,9 @@ fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
     // dispatched as well when the step is read back), the output product and argmax. gpt-oss
     // layers: q/k/v with biases 1, RoPE + write 1, attention 1, output product 1, router (with
     // the norm folded in, writing its output for the experts), routing, gate/up/activation,
-    // down, combine (adding into the residual) 5.
+    // down, combine (adding into the residual) 5. (Products of Q4_0 and Q8_0 weights with
+    // vocabulary-sized outputs take int8 x with a quantizing dispatch before them; these
+    // fixtures have none.)
     for (fixture, dispatches) in [
         ("llama/gguf-q4_0/llama-Q4_0.gguf", 18),
         ("gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf", 22),

@@ -41,10 +41,12 @@ struct Kv {
 }
 
 /// Consecutive fusable products: their input, (weight, output, bias) triples, the pending length
-/// after their dispatch, and the deferred norm they fold in.
+/// after their dispatches, how many dispatches they took (with int8 x, the quantization and the
+/// product), and the deferred norm they fold in.
 type Products = (
     BufId,
     Vec<(WeightId, BufId, Option<VecRef>)>,
+    usize,
     usize,
     Option<Deferred>,
 );
@@ -939,7 +941,7 @@ impl Backend for GpuBackend {
             return self.single_product(x, lin, out, n, norm);
         }
         let joined = match self.products.take() {
-            Some((px, items, at, pnorm))
+            Some((px, items, at, count, pnorm))
                 if px == x
                     && pnorm == norm
                     && items.len() < 3
@@ -948,15 +950,17 @@ impl Backend for GpuBackend {
                         .iter()
                         .all(|i| i.1 != out && i.2.is_some() == lin.bias.is_some()) =>
             {
-                self.pending.pop();
+                self.pending.truncate(at - count);
                 Some(items)
             }
             _ => None,
         };
+        let before = self.pending.len();
         let Some(mut items) = joined else {
             self.single_product(x, lin, out, n, norm)?;
             let first = vec![(lin.w.weight, out, lin.bias)];
-            self.products = Some((x, first, self.pending.len(), norm));
+            let count = self.pending.len() - before;
+            self.products = Some((x, first, self.pending.len(), count, norm));
             return Ok(());
         };
         items.push((lin.w.weight, out, lin.bias));
@@ -989,16 +993,17 @@ impl Backend for GpuBackend {
                     expert_stride: 0,
                 })
                 .collect();
-            Ok(vec![s.ops.matvec_multi(
+            Ok(s.ops.matvec_multi(
                 &ws,
                 Region::new(&s.buf(input)?.buf, 0, 0),
                 &outs,
                 Multi::Split,
                 norm.map(|d| s.norm_fold(&d)),
                 &biases,
-            )?])
+            )?)
         })?;
-        self.products = Some((x, items, self.pending.len(), norm));
+        let count = self.pending.len() - before;
+        self.products = Some((x, items, self.pending.len(), count, norm));
         Ok(())
     }
 
@@ -1213,7 +1218,7 @@ impl Backend for GpuBackend {
         self.check_rows(out, n, Some(cols), "glu")?;
         self.touch(&[gate, up, out])?;
         // Right after the gate and up products of one vector: one dispatch does all three.
-        if let Some((x, items, at, norm)) = self.products.take() {
+        if let Some((x, items, at, count, norm)) = self.products.take() {
             let pair = items.len() == 2
                 && items[0].1 == gate
                 && items[1].1 == up
@@ -1221,13 +1226,16 @@ impl Backend for GpuBackend {
                 && items.iter().all(|i| i.2.is_none());
             if pair && at == self.pending.len() && n == 1 {
                 let (wg, wu) = (items[0].0, items[1].0);
-                if self.weight(wg)?.rows == self.weight(wu)?.rows {
-                    self.pending.pop();
-                    // The norm is dispatched on its own instead of folded in: folded, its
-                    // weights and x² cost this product more than the norm's own dispatch
-                    // (benches/GPU.md, entry 43).
+                let (gw, uw) = (self.weight(wg)?, self.weight(wu)?);
+                if gw.rows == uw.rows {
+                    let int8 = self.ops.dot_i8(&[gw, uw], true, gw.rows as u32);
+                    self.pending.truncate(at - count);
+                    // Without int8 x the norm is dispatched on its own instead of folded in:
+                    // folded, its weights and x² cost this product more than the norm's own
+                    // dispatch (benches/GPU.md, entry 43). With int8 x the quantization of x,
+                    // a dispatch anyway, applies it.
                     let norm = match norm {
-                        Some(d) if self.deferred == Some(d) => {
+                        Some(d) if self.deferred == Some(d) && !int8 => {
                             self.materialize()?;
                             None
                         }
@@ -1249,14 +1257,14 @@ impl Backend for GpuBackend {
                         let ws = [s.weight(wg)?, s.weight(wu)?];
                         let input = norm.map(|d| d.x).unwrap_or(x);
                         let xr = Region::new(&s.buf(input)?.buf, 0, 0);
-                        Ok(vec![s.ops.matvec_multi(
+                        Ok(s.ops.matvec_multi(
                             &ws,
                             xr,
                             &[&s.buf(out)?.buf],
                             Multi::Glu(op),
                             norm.map(|d| s.norm_fold(&d)),
                             &[],
-                        )?])
+                        )?)
                     });
                 }
             }

@@ -12,7 +12,7 @@ pub struct GpuOptions {
     /// Keep only adapters whose name contains this (case-insensitive).
     pub adapter_name: Option<String>,
     /// Keep the KV cache in f32 instead of f16 (exact comparisons with the CPU backend); implies
-    /// `matmul_f32`.
+    /// `matmul_f32` and decode products with x in f32 (no int8 products).
     pub kv_f32: bool,
     /// Multiply prefill products in f32 rather than on matrix cores with f16 inputs (exact
     /// comparisons with the CPU backend). `MINERVA_GPU_MATRIX_CORES=0` does the same.
@@ -46,6 +46,10 @@ pub struct GpuContext {
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub caps: Capabilities,
+    /// Decode products of Q4_0 and Q8_0 weights quantize x per 8 values to two int8 terms
+    /// (each value within 1/64516 of its part's max|x|) and take integer dot products: on
+    /// unless `kv_f32` asks for exact results or MINERVA_GPU_INT8_DOT=0.
+    pub int8_products: bool,
     errors: Arc<Mutex<Option<GpuError>>>,
     submits: AtomicU64,
     dispatches: AtomicU64,
@@ -167,6 +171,8 @@ impl GpuContext {
             queue,
             info,
             caps,
+            int8_products: !opts.kv_f32
+                && std::env::var("MINERVA_GPU_INT8_DOT").map_or(true, |v| v != "0"),
             errors,
             submits: AtomicU64::new(0),
             dispatches: AtomicU64::new(0),
@@ -218,7 +224,7 @@ impl GpuContext {
     /// A one-line description: adapter, backend, and the features kernels use.
     pub fn describe(&self) -> String {
         format!(
-            "{} ({:?}, {:?}; subgroups {}, f16 {}, matrix cores {}, binding ≤ {} MiB)",
+            "{} ({:?}, {:?}; subgroups {}, f16 {}, matrix cores {}, int8 products {}, binding ≤ {} MiB)",
             self.info.name,
             self.info.backend,
             self.info.device_type,
@@ -229,6 +235,7 @@ impl GpuContext {
             },
             self.caps.f16,
             if self.caps.matrix_cores { "on" } else { "off" },
+            self.int8_products,
             self.caps.max_binding >> 20
         )
     }

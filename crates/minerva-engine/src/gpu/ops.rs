@@ -9,6 +9,7 @@ use super::pipelines::{Dispatch, Pipelines};
 use super::shader::{defines, Defines};
 use super::weights::{GpuWeight, WeightPart};
 use bytemuck::{Pod, Zeroable};
+use minerva_formats::DType;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -37,6 +38,15 @@ fn multi_weight_entries(i: usize, part: &WeightPart) -> Vec<(u32, &wgpu::Buffer)
         .iter()
         .enumerate()
         .map(|(j, b)| (10 * i as u32 + j as u32, b))
+        .collect()
+}
+
+/// A product's dispatches behind the quantization of its x, if it has one.
+fn with_quantization(quantized: Option<QuantizedX>, products: Vec<Dispatch>) -> Vec<Dispatch> {
+    quantized
+        .map(|q| q.dispatch)
+        .into_iter()
+        .chain(products)
         .collect()
 }
 
@@ -327,7 +337,21 @@ struct MatvecParams {
     bias_offset: u32,
     norm_offset: u32,
     eps: f32,
-    _pad: [u32; 3],
+    xq_scales: u32,
+    _pad: [u32; 2],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct QuantizeParams {
+    cols: u32,
+    parts: u32,
+    x_offset: u32,
+    x_stride: u32,
+    scales: u32,
+    norm_offset: u32,
+    eps: f32,
+    _pad: u32,
 }
 
 #[repr(C)]
@@ -508,6 +532,8 @@ struct MultiParams {
     y_stride: u32,
     expert_first: u32,
     expert_count: u32,
+    xq_scales: u32,
+    _pad: [u32; 3],
 }
 
 impl MultiParams {
@@ -534,6 +560,8 @@ impl MultiParams {
             y_stride: 0,
             expert_first: 0,
             expert_count: 0,
+            xq_scales: 0,
+            _pad: [0; 3],
         }
     }
 }
@@ -732,6 +760,27 @@ impl KvCache {
     }
 }
 
+/// x quantized for the int8 decode products (`Ops::quantize_x`): the dispatch that writes it,
+/// the buffer of its records and where their scales start in it (vec4s).
+struct QuantizedX {
+    dispatch: Dispatch,
+    buf: wgpu::Buffer,
+    scales: u32,
+}
+
+/// Threads per workgroup of `quantize_x.wgsl` (WG there), one per part of 8 values.
+const QUANTIZE_WG: u32 = 64;
+
+/// What folds into a `matvec_multi.wgsl` product besides its weights and mode.
+#[derive(Clone, Copy)]
+struct MultiFlags {
+    norm: bool,
+    bias: bool,
+    experts: bool,
+    /// Int8 x (DOT_I8).
+    int8: bool,
+}
+
 pub struct Ops {
     pub ctx: Arc<GpuContext>,
     pipelines: Arc<Pipelines>,
@@ -742,16 +791,27 @@ pub struct Ops {
     /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads; None:
     /// `rows_per_lane` chooses.
     rows_per_lane: Option<u32>,
-    /// The matrix-core product's scratch buffers by name (f16 weights, f16 inputs, bias
-    /// block), shared by every product and replaced by larger ones as needed: each product's
-    /// dispatches keep the buffers they were built with.
-    coop_scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
+    /// Decode products of Q4_0 and Q8_0 weights take int8 x (`GpuContext::int8_products`).
+    int8_products: bool,
+    /// ... those of at least this many outputs (INT8_MIN_OUTPUTS).
+    int8_min_outputs: u32,
+    /// The products' scratch buffers by name (the matrix-core product's f16 weights, f16
+    /// inputs and bias block; the int8 products' quantized x), shared by every product and
+    /// replaced by larger ones as needed: each product's dispatches keep the buffers they were
+    /// built with.
+    scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
 }
 
 /// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
 /// 128×2, 64×2, 256×2 and lanes per row chosen by row length (benches/GPU.md, entries 25 and
 /// 29): never slower by more than noise, up to 8 % faster.
 pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
+
+/// The fewest outputs of a decode product that takes int8 x. Its quantizing dispatch cost the
+/// H200 about what the int8 product saved on products of 2,048–5,632 rows (tinyllama decode
+/// 644 tok/s with and without; benches/GPU.md, entry 48), while the 201,088-row vocabulary
+/// product of gpt-oss ran 1.6× faster: so only vocabulary-sized products take it.
+pub const INT8_MIN_OUTPUTS: u32 = 16384;
 
 /// Parts whose loads a lane of a decode product issues together: plain products, and products
 /// reading two weights per part (GLU; entry 34).
@@ -772,12 +832,14 @@ pub fn rows_per_lane(outputs: u32) -> u32 {
 impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
         Ops {
-            ctx,
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
             in_flight: IN_FLIGHT,
             rows_per_lane: None,
-            coop_scratch: Mutex::new(HashMap::new()),
+            int8_products: ctx.int8_products,
+            int8_min_outputs: INT8_MIN_OUTPUTS,
+            scratch: Mutex::new(HashMap::new()),
+            ctx,
         }
     }
 
@@ -797,6 +859,31 @@ impl Ops {
     /// them against each other.
     pub fn set_rows_per_lane(&mut self, rows: u32) {
         self.rows_per_lane = Some(rows.clamp(1, 3));
+    }
+
+    /// Turns the int8 decode products of Q4_0 and Q8_0 weights on or off (f32 products, as
+    /// exact as the other dtypes').
+    pub fn set_int8_products(&mut self, on: bool) {
+        self.int8_products = on;
+    }
+
+    /// Sets the fewest outputs for which a decode product takes int8 x (tests and benches
+    /// check the int8 products at any size with 0).
+    pub fn set_int8_min_outputs(&mut self, outputs: u32) {
+        self.int8_min_outputs = outputs;
+    }
+
+    /// Whether a decode product of `outputs` results over `weights` takes int8 x (DOT_I8, x
+    /// quantized by a dispatch of its own before it): every weight Q4_0 or Q8_0, with `one_x`
+    /// (GLU) of one dtype, and enough outputs that the faster product pays for the quantizing
+    /// dispatch (INT8_MIN_OUTPUTS).
+    pub fn dot_i8(&self, weights: &[&GpuWeight], one_x: bool, outputs: u32) -> bool {
+        self.int8_products
+            && outputs >= self.int8_min_outputs
+            && weights
+                .iter()
+                .all(|w| matches!(w.dtype, DType::Q4_0 | DType::Q8_0))
+            && (!one_x || weights.iter().all(|w| w.dtype == weights[0].dtype))
     }
 
     fn pipeline(
@@ -938,6 +1025,51 @@ impl Ops {
         d
     }
 
+    /// x quantized for the int8 decode products (quantize_x.wgsl): `vectors` vectors of `cols`
+    /// values from `x` (vector v at x.offset + v · x.stride), through the RMSNorm `norm` first.
+    /// The records go to a scratch buffer shared by every product: a product's quantization
+    /// and its own dispatch follow each other, and wgpu orders dispatches that write and read
+    /// one buffer.
+    fn quantize_x(
+        &self,
+        x: Region,
+        cols: u32,
+        vectors: u32,
+        norm: Option<NormFold>,
+    ) -> GpuResult<QuantizedX> {
+        let mut d = defines(&[("DOT_I8", String::new())]);
+        if norm.is_some() {
+            d.insert("NORM".into(), String::new());
+        }
+        let pipe = self.pipeline("quantize_x.wgsl", &d, "main")?;
+        let parts = cols.div_ceil(32) * 4;
+        // Records of 16 bytes, then two parts' scales per 16 bytes.
+        let records = parts * vectors;
+        let buf = self.scratch_buffer("int8 x", (records + records / 2) as u64 * 16);
+        let params = QuantizeParams {
+            cols,
+            parts,
+            x_offset: x.offset,
+            x_stride: x.stride,
+            scales: records,
+            norm_offset: norm.map(|n| n.offset).unwrap_or(0),
+            eps: norm.map(|n| n.eps).unwrap_or(0.0),
+            _pad: 0,
+        };
+        let ub = self.ctx.uniform("quantize params", &params);
+        let mut entries = vec![(0, x.buf), (1, &buf), (2, &ub)];
+        if let Some(n) = &norm {
+            entries.push((3, n.buf));
+        }
+        let groups = [parts.div_ceil(QUANTIZE_WG), vectors, 1];
+        let dispatch = self.dispatch(pipe, &entries, groups);
+        Ok(QuantizedX {
+            dispatch,
+            buf,
+            scales: records,
+        })
+    }
+
     /// y[z] = W · x[z] (+ bias) for `batch` vectors over the outputs `sel` picks; with
     /// `experts`, batch item z uses matrix ids[z] (and bias values ids[z] · expert_stride on).
     #[allow(clippy::too_many_arguments)]
@@ -962,9 +1094,20 @@ impl Ops {
             bias.is_some(),
             rpl,
         );
-        if folds.norm.is_some() {
-            d.insert("NORM".into(), String::new());
-        }
+        // The router's product, which writes the norm's output, reads x itself.
+        let outputs = sel.out_dim as u32 * batch.max(1);
+        let int8 = self.dot_i8(&[w], false, outputs) && folds.normed.is_none();
+        let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
+        let quantized = if int8 {
+            d.insert("DOT_I8".into(), String::new());
+            let vectors = (batch.max(1) - 1) / x_div + 1;
+            Some(self.quantize_x(x, sel.in_dim as u32, vectors, folds.norm)?)
+        } else {
+            if folds.norm.is_some() {
+                d.insert("NORM".into(), String::new());
+            }
+            None
+        };
         if folds.residual.is_some() {
             d.insert("RESIDUAL".into(), String::new());
         }
@@ -1009,7 +1152,7 @@ impl Ops {
                 bias_stride: bias.map(|b| b.expert_stride).unwrap_or(0),
                 x_offset: x.offset,
                 x_stride: x.stride,
-                x_div: experts.map(|e| e.x_div.max(1)).unwrap_or(1),
+                x_div,
                 y_offset: y.offset + r.j_lo as u32,
                 y_stride: y.stride,
                 expert_first: (part.first_row / stored) as u32,
@@ -1018,7 +1161,8 @@ impl Ops {
                 bias_offset: bias.map(|b| b.offset).unwrap_or(0) + r.j_lo as u32,
                 norm_offset: folds.norm.map(|n| n.offset).unwrap_or(0),
                 eps: folds.norm.map(|n| n.eps).unwrap_or(0.0),
-                _pad: [0; 3],
+                xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
+                _pad: [0; 2],
             };
             let ub = self.ctx.uniform("matvec params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = part
@@ -1027,14 +1171,15 @@ impl Ops {
                 .enumerate()
                 .map(|(i, b)| (i as u32, b))
                 .collect();
-            entries.extend([(3, x.buf), (4, y.buf), (5, &ub)]);
+            let xbuf = quantized.as_ref().map(|q| &q.buf).unwrap_or(x.buf);
+            entries.extend([(3, xbuf), (4, y.buf), (5, &ub)]);
             if let Some(e) = &experts {
                 entries.push((6, e.ids));
             }
             if let Some(b) = &bias {
                 entries.push((7, b.buf));
             }
-            if let Some(n) = &folds.norm {
+            if let (Some(n), None) = (&folds.norm, &quantized) {
                 entries.push((8, n.buf));
             }
             if let Some(r) = folds.residual {
@@ -1045,11 +1190,12 @@ impl Ops {
             }
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, batch]));
         }
-        Ok(out)
+        Ok(with_quantization(quantized, out))
     }
 
     /// One vector through two or three whole, unsplit weights with the same input width in one
-    /// dispatch (see `Multi`); outputs start at offset 0 of their buffers.
+    /// dispatch (see `Multi`), behind the quantization of x where the weights take int8 x
+    /// (`dot_i8`); outputs start at offset 0 of their buffers.
     pub fn matvec_multi(
         &self,
         weights: &[&GpuWeight],
@@ -1058,7 +1204,7 @@ impl Ops {
         mode: Multi,
         norm: Option<NormFold>,
         biases: &[Bias],
-    ) -> GpuResult<Dispatch> {
+    ) -> GpuResult<Vec<Dispatch>> {
         let bad = |reason: String| GpuError::Unsupported {
             tensor: weights.first().map(|w| w.name.clone()).unwrap_or_default(),
             reason,
@@ -1080,8 +1226,27 @@ impl Ops {
             return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
         }
         let decoders: Vec<Defines> = weights.iter().map(|w| w.decoder()).collect();
-        let pipe =
-            self.multi_pipeline(decoders, mode, norm.is_some(), !biases.is_empty(), false)?;
+        let rows: u32 = if glu {
+            weights[0].rows as u32
+        } else {
+            weights.iter().map(|w| w.rows as u32).sum()
+        };
+        let int8 = self.dot_i8(weights, glu, rows);
+        let cols = weights[0].cols as u32;
+        let quantized = if int8 {
+            Some(self.quantize_x(x, cols, 1, norm)?)
+        } else {
+            None
+        };
+        // With int8 x the quantization applied the norm.
+        let norm = norm.filter(|_| !int8);
+        let flags = MultiFlags {
+            norm: norm.is_some(),
+            bias: !biases.is_empty(),
+            experts: false,
+            int8,
+        };
+        let pipe = self.multi_pipeline(decoders, mode, flags)?;
         let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
         let total = if glu { rows[0] } else { rows.iter().sum() };
         let (gx, gy) = grid2(total.div_ceil(self.product_shape.1));
@@ -1100,14 +1265,15 @@ impl Ops {
             norm_offset: norm.map(|n| n.offset).unwrap_or(0),
             eps: norm.map(|n| n.eps).unwrap_or(0.0),
             bias_offsets: std::array::from_fn(|i| biases.get(i).map(|b| b.offset).unwrap_or(0)),
-            ..MultiParams::whole(used, weights[0].cols as u32, x.offset, gx)
+            xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
+            ..MultiParams::whole(used, cols, x.offset, gx)
         };
         let ub = self.ctx.uniform("multi params", &params);
         let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
         for (i, w) in weights.iter().enumerate() {
             entries.extend(multi_weight_entries(i, &w.parts[0]));
         }
-        entries.push((30, x.buf));
+        entries.push((30, quantized.as_ref().map(|q| &q.buf).unwrap_or(x.buf)));
         for (i, o) in outs.iter().enumerate() {
             entries.push((31 + i as u32, o));
         }
@@ -1118,17 +1284,16 @@ impl Ops {
         for (i, b) in biases.iter().enumerate() {
             entries.push((36 + i as u32, b.buf));
         }
-        Ok(self.dispatch(pipe, &entries, [gx, gy, 1]))
+        let product = self.dispatch(pipe, &entries, [gx, gy, 1]);
+        Ok(with_quantization(quantized, vec![product]))
     }
 
     /// The pipeline of `matvec_multi.wgsl` for weights read through `decoders`.
     fn multi_pipeline(
         &self,
-        decoders: Vec<Defines>,
+        mut decoders: Vec<Defines>,
         mode: Multi,
-        norm: bool,
-        bias: bool,
-        experts: bool,
+        flags: MultiFlags,
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let mut d = self.product_defines(matches!(mode, Multi::Glu(_)));
         let mut flag = |f: &str| d.insert(f.into(), String::new());
@@ -1146,9 +1311,26 @@ impl Ops {
                 }
             }
         }
-        for (on, f) in [(norm, "NORM"), (bias, "BIAS"), (experts, "MOE")] {
+        let MultiFlags {
+            norm,
+            bias,
+            experts,
+            int8,
+        } = flags;
+        for (on, f) in [
+            (norm, "NORM"),
+            (bias, "BIAS"),
+            (experts, "MOE"),
+            (int8, "DOT_I8"),
+        ] {
             if on {
                 flag(f);
+            }
+        }
+        if int8 {
+            // The decoder instances define their int8 dot products.
+            for dec in &mut decoders {
+                dec.insert("DOT_I8".into(), String::new());
             }
         }
         self.pipelines
@@ -1195,7 +1377,21 @@ impl Ops {
             return bad("biases of different strides");
         }
         let decoders = vec![self.weight_defines(gw, gs), self.weight_defines(uw, us)];
-        let pipe = self.multi_pipeline(decoders, Multi::Glu(act), false, biases.is_some(), true)?;
+        let int8 = self.dot_i8(&[gw, uw], true, gs.out_dim as u32 * items.max(1));
+        let x_div = experts.x_div.max(1);
+        let quantized = if int8 {
+            let vectors = (items.max(1) - 1) / x_div + 1;
+            Some(self.quantize_x(x, gs.in_dim as u32, vectors, None)?)
+        } else {
+            None
+        };
+        let flags = MultiFlags {
+            norm: false,
+            bias: biases.is_some(),
+            experts: true,
+            int8,
+        };
+        let pipe = self.multi_pipeline(decoders, Multi::Glu(act), flags)?;
         let mrows = gw.matrix_rows(gs.input_major);
         let stored = if gs.input_major { gs.in_dim } else { mrows }.max(1);
         let rows = gs.out_dim as u32;
@@ -1219,23 +1415,25 @@ impl Ops {
                 matrix_rows: mrows as u32,
                 bias_stride: biases.map(|b| b[0].expert_stride).unwrap_or(0),
                 x_stride: x.stride,
-                x_div: experts.x_div.max(1),
+                x_div,
                 y_stride: y.stride,
                 expert_first: (gp.first_row / stored) as u32,
                 expert_count: (gp.rows / stored) as u32,
+                xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
                 ..MultiParams::whole([rows, 0, 0], gs.in_dim as u32, x.offset, gx)
             };
             let ub = self.ctx.uniform("glu experts params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
             entries.extend(multi_weight_entries(0, gp));
             entries.extend(multi_weight_entries(1, up));
-            entries.extend([(30, x.buf), (31, y.buf), (34, &ub), (39, experts.ids)]);
+            let xbuf = quantized.as_ref().map(|q| &q.buf).unwrap_or(x.buf);
+            entries.extend([(30, xbuf), (31, y.buf), (34, &ub), (39, experts.ids)]);
             if let Some([bg, bu]) = &biases {
                 entries.extend([(36, bg.buf), (37, bu.buf)]);
             }
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, items]));
         }
-        Ok(out)
+        Ok(with_quantization(quantized, out))
     }
 
     /// y[t] = W · x[t] (+ bias) for `tokens` rows of x over the outputs `sel` picks: on matrix
@@ -1313,9 +1511,9 @@ impl Ops {
         fits.then_some(CoopShape { rows, k, tokens })
     }
 
-    /// A matrix-core scratch buffer of at least `bytes` (see `Ops::coop_scratch`).
-    fn coop_buffer(&self, name: &'static str, bytes: u64) -> wgpu::Buffer {
-        let mut bufs = self.coop_scratch.lock().unwrap_or_else(|p| p.into_inner());
+    /// A products' scratch buffer of at least `bytes` (see `Ops::scratch`).
+    fn scratch_buffer(&self, name: &'static str, bytes: u64) -> wgpu::Buffer {
+        let mut bufs = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         match bufs.get(name) {
             Some(b) if b.size() >= bytes => b.clone(),
             _ => {
@@ -1341,9 +1539,9 @@ impl Ops {
         shape: CoopShape,
     ) -> GpuResult<Vec<Dispatch>> {
         let CoopShape { rows, k, tokens: t } = shape;
-        let w16 = self.coop_buffer("coop weights", rows as u64 * k as u64 * 2);
-        let x16 = self.coop_buffer("coop inputs", t as u64 * k as u64 * 2);
-        let block = bias.map(|_| self.coop_buffer("coop bias", rows as u64 * 16 * 4));
+        let w16 = self.scratch_buffer("coop weights", rows as u64 * k as u64 * 2);
+        let x16 = self.scratch_buffer("coop inputs", t as u64 * k as u64 * 2);
+        let block = bias.map(|_| self.scratch_buffer("coop bias", rows as u64 * 16 * 4));
         let bias_out = bias.zip(block.as_ref());
         let mut out = self.coop_weights(w, sel, &w16, k, bias_out)?;
         out.push(self.coop_inputs(x, &x16, sel.in_dim as u32, k, t)?);

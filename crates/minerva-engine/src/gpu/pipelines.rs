@@ -112,7 +112,13 @@ impl Pipelines {
             compose_multi(file, defs, weights)
         }
         .map_err(GpuError::Validation)?;
-        let label = format!("{file}:{entry}");
+        // Profiles tell the int8 decode products (DOT_I8) from the f32 ones.
+        let int8 = if defs.contains_key("DOT_I8") {
+            " int8"
+        } else {
+            ""
+        };
+        let label = format!("{file}:{entry}{int8}");
         // Ahead of use, errors go to a scope of this thread, not to the device's shared slot.
         let scope = (!checked).then(|| ctx.device.push_error_scope(wgpu::ErrorFilter::Validation));
         let desc = wgpu::ShaderModuleDescriptor {

@@ -5,9 +5,19 @@
 use minerva_engine::gpu::{GpuContext, GpuOptions};
 use std::sync::Arc;
 
-/// A device, or None after saying why on stderr. Under CI a missing adapter is a failure.
+/// Options of a context whose ops take f32 decode products for every dtype, which the kernel
+/// tests compare at f32 tolerances (tests of the int8 products turn them on).
+pub fn exact() -> GpuOptions {
+    GpuOptions {
+        kv_f32: true,
+        ..Default::default()
+    }
+}
+
+/// A device (`exact`), or None after saying why on stderr. Under CI a missing adapter is a
+/// failure.
 pub fn device() -> Option<GpuContext> {
-    match GpuContext::new(&GpuOptions::default()) {
+    match GpuContext::new(&exact()) {
         Ok(c) => {
             eprintln!("GPU: {}", c.describe());
             Some(c)

@@ -2,7 +2,8 @@
 // Layouts (bytes): Q4_0 d:f16 qs[16]; Q4_1 d m qs[16]; Q5_0 d qh:u32 qs[16]; Q5_1 d m qh qs[16];
 // Q8_0 d qs:i8[32]; MXFP4 e:u8 qs[16]. Nibble blocks hold element j in the low nibble of byte j
 // and element j+16 in the high nibble, so part j is word j of qs: its low nibbles are vec4 j of
-// the unit, its high nibbles vec4 j + 4.
+// the unit, its high nibbles vec4 j + 4. With DOT_I8, Q4_0 and Q8_0 parts also take x quantized
+// to int8 (`dot_i8_part`, for the decode products).
 #include "common.wgsl"
 #include "weights.wgsl"
 
@@ -79,6 +80,39 @@ fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
     );
 #endif
 }
+#endif
+
+#ifdef DOT_I8
+// Part j against quantized x (common.wgsl's XQuant: x vec4s j and j + 4 of the unit, each term's
+// bytes), both terms' integer dot products joined in x's steps, times the block's scale.
+#ifdef DT_Q4_0
+// The nibbles as bytes: the low ones meet x vec4 j, the high ones vec4 j + 4. A nibble n stands
+// for n - 8, so the part's dot product is Σ n·q - 8·Σq. Each term's is at most 8 · 15 · 127 in
+// size, exact as f32.
+fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
+    let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
+    let q = w0_word(b + 2u + 4u * j);
+    let low = q & 0x0F0F0F0Fu;
+    let high = (q >> 4u) & 0x0F0F0F0Fu;
+    let coarse = dot4I8Packed(low, x.q.x) + dot4I8Packed(high, x.q.y);
+    let fine = dot4I8Packed(low, x.q.z) + dot4I8Packed(high, x.q.w);
+    return (join_terms(coarse, fine) - 8.0 * x.sum) * w0_f16(b);
+}
+#endif
+#ifdef DT_Q8_0
+// Bytes 4j..4j+3 meet x vec4 j, bytes 16+4j..19+4j vec4 j + 4 (the part x was quantized by,
+// not load_part's 8j..8j+7). Each term's dot product is at most 8 · 128 · 127 in size, exact
+// as f32.
+fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
+    let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
+    let q = b + 2u + 4u * j;
+    let wa = w0_word(q);
+    let wb = w0_word(q + 16u);
+    let coarse = dot4I8Packed(wa, x.q.x) + dot4I8Packed(wb, x.q.y);
+    let fine = dot4I8Packed(wa, x.q.z) + dot4I8Packed(wb, x.q.w);
+    return join_terms(coarse, fine) * w0_f16(b);
+}
+#endif
 #endif
 
 #include "unit.wgsl"

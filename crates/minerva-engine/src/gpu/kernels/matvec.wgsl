@@ -8,6 +8,9 @@
 // the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
 // product; RESIDUAL also adds each result into `resid` (the residual stream); NORM_OUT (with
 // NORM, one vector) also writes the norm's output into `normed`, for products that read it next.
+// DOT_I8 (Q4_0 and Q8_0 weights) reads x as quantize_x.wgsl wrote it, two int8 terms per part
+// (about 15 bits, any norm applied), and takes integer dot products (unit.wgsl, common.wgsl); it
+// goes without NORM and NORM_OUT.
 #include "common.wgsl"
 #include DECODER
 
@@ -29,12 +32,16 @@ struct Params {
     bias_offset: u32,
     norm_offset: u32,   // NORM: where the norm's weights start in norm_w
     eps: f32,           // NORM
-    _pad0: u32,
+    xq_scales: u32,     // DOT_I8: where the records' scales start in xq (vec4s)
     _pad1: u32,
     _pad2: u32,
 }
 
+#ifdef DOT_I8
+@group(0) @binding(3) var<storage, read> xq: array<vec4<u32>>;
+#else
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+#endif
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<uniform> p: Params;
 #ifdef MOE
@@ -61,14 +68,12 @@ const TPR: u32 = WG / RPW;
 fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let u = i >> 2u;
     let j = i & 3u;
-    let xp = x_part(at.xb, u * 32u, part_k(j));
-    let w = load_scaled_part(at.w_row, u, j, p.cols);
-    var s = vec4<f32>(dot_x(w.vals, xp) * w.mult, xp.sq, 0.0, 0.0);
+    let xi = x_in(at.xb, i, part_k(j));
+    var s = vec4<f32>(part_dot(at.w_row, u, j, p.cols, xi), x_sq(xi), 0.0, 0.0);
 #ifdef MULTI_ROW
     for (var r = 1u; r < RPL; r++) {
         let w_row = at.w_row + min(r, p.rows - 1u - at.row) * p.row_stride;
-        let wr = load_scaled_part(w_row, u, j, p.cols);
-        s[r + 1u] = dot_x(wr.vals, xp) * wr.mult;
+        s[r + 1u] = part_dot(w_row, u, j, p.cols, xi);
     }
 #endif
     return s;
@@ -105,8 +110,14 @@ fn main(
     w_row += (e - p.expert_first) * p.matrix_rows;
     b_row += e * p.bias_stride;
 #endif
-    let at = RowAt(w_row, 0u, p.x_offset + (z / p.x_div) * p.x_stride, row);
-    let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
+    let vec_parts = ((p.cols + 31u) / 32u) * 4u;
+#ifdef DOT_I8
+    let xb = (z / p.x_div) * vec_parts;
+#else
+    let xb = p.x_offset + (z / p.x_div) * p.x_stride;
+#endif
+    let at = RowAt(w_row, 0u, xb, row);
+    let parts = select(0u, vec_parts, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
 #ifdef NORM_OUT
     // Every lane of a live row has summed x² over all of x: the workgroups whose rows are all

@@ -1,5 +1,5 @@
 // Decode products of one input with two or three weights in one dispatch (each weight read
-// through its own decoder instance: load_scaled_part_0, _1, _2).
+// through its own decoder instance: part_dot_0, _1, _2).
 //   SPLIT  outputs [0, rows0) from weight 0 into y0, the next rows1 from weight 1 into y1, the
 //          next rows2 from weight 2 into y2 (q, k and v).
 //   GLU    output r = act(W0[r]·x, W1[r]·x) into y0 (gate, up and the activation): SiLU, or
@@ -10,7 +10,7 @@
 // matrices of expert ids[z] (its x vector z / x_div, its output row z · y_stride, its biases
 // ids[z] · bias_stride on); a workgroup whose expert lives in another part of the weights does
 // nothing, as in matvec.wgsl. Layout as matvec.wgsl: RPW rows per workgroup of WG threads, the
-// lanes of a row taking its 8-value parts in turn.
+// lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it).
 struct Params {
     rows0: u32,
     rows1: u32,
@@ -36,9 +36,17 @@ struct Params {
     y_stride: u32,
     expert_first: u32,  // MOE: experts [expert_first, expert_first + expert_count) are in this part
     expert_count: u32,
+    xq_scales: u32,     // DOT_I8: where the records' scales start in xq (vec4s)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
+#ifdef DOT_I8
+@group(0) @binding(30) var<storage, read> xq: array<vec4<u32>>;
+#else
 @group(0) @binding(30) var<storage, read> x: array<vec4<f32>>;
+#endif
 @group(0) @binding(31) var<storage, read_write> y0: array<f32>;
 #ifdef SPLIT
 @group(0) @binding(32) var<storage, read_write> y1: array<f32>;
@@ -67,22 +75,30 @@ const TPR: u32 = WG / RPW;
 fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let u = i >> 2u;
     let j = i & 3u;
-    let c = u * 32u;
 #ifdef GLU
-    let g = dot_part(load_scaled_part_0(at.w_row, u, j, p.cols), at.xb, c, part_k_0(j));
-    let v = dot_part(load_scaled_part_1(at.up_row, u, j, p.cols), at.xb, c, part_k_1(j));
-    return vec4<f32>(g.xy, v.x, 0.0);
+    let xg = x_in(at.xb, i, part_k_0(j));
+    let g = part_dot_0(at.w_row, u, j, p.cols, xg);
+#ifdef DOT_I8
+    // Quantized x does not depend on the weight's dtype: the up weight meets the same part.
+    let xu = xg;
+#else
+    let xu = x_in(at.xb, i, part_k_1(j));
+#endif
+    return vec4<f32>(g, x_sq(xg), part_dot_1(at.up_row, u, j, p.cols, xu), 0.0);
 #else
     let row = at.row;
     if (row < p.rows0) {
-        return dot_part(load_scaled_part_0(row, u, j, p.cols), at.xb, c, part_k_0(j));
+        let xi = x_in(at.xb, i, part_k_0(j));
+        return vec4<f32>(part_dot_0(row, u, j, p.cols, xi), x_sq(xi), 0.0, 0.0);
     }
     if (row < p.rows0 + p.rows1) {
-        return dot_part(load_scaled_part_1(row - p.rows0, u, j, p.cols), at.xb, c, part_k_1(j));
+        let xi = x_in(at.xb, i, part_k_1(j));
+        return vec4<f32>(part_dot_1(row - p.rows0, u, j, p.cols, xi), x_sq(xi), 0.0, 0.0);
     }
 #ifdef THREE
-    let r2 = row - p.rows0 - p.rows1;
-    return dot_part(load_scaled_part_2(r2, u, j, p.cols), at.xb, c, part_k_2(j));
+    let xi = x_in(at.xb, i, part_k_2(j));
+    let d = part_dot_2(row - p.rows0 - p.rows1, u, j, p.cols, xi);
+    return vec4<f32>(d, x_sq(xi), 0.0, 0.0);
 #else
     return vec4<f32>(0.0);
 #endif
@@ -108,10 +124,16 @@ fn main(
     var live = row < p.rows0;
     var expert = 0u;
     var xb = p.x_offset;
+    var x_stride = p.x_stride;
+#ifdef DOT_I8
+    // Records of quantized x: each vector's start at its first part.
+    xb = 0u;
+    x_stride = ((p.cols + 31u) / 32u) * 4u;
+#endif
 #ifdef MOE
     expert = ids[wid.z];
     live = live && expert >= p.expert_first && expert < p.expert_first + p.expert_count;
-    xb += (wid.z / p.x_div) * p.x_stride;
+    xb += (wid.z / p.x_div) * x_stride;
 #endif
     // Stored rows of this part: matrices from the part's first expert on.
     let m = (expert - p.expert_first) * p.matrix_rows;
@@ -119,7 +141,11 @@ fn main(
     let at = RowAt(w_rows.x, w_rows.y, xb, row);
 #else
     let live = row < p.rows0 + p.rows1 + p.rows2;
+#ifdef DOT_I8
+    let at = RowAt(0u, 0u, 0u, row);
+#else
     let at = RowAt(0u, 0u, p.x_offset, row);
+#endif
 #endif
     let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);

@@ -1,17 +1,18 @@
 // What the decode products (matvec.wgsl, matvec_multi.wgsl) share: the loop of a row's lanes
-// over its parts, x read as vec4s, the RMSNorm that NORM folds into a product, and sums over a
-// row's lanes. The including kernel declares `x: array<vec4<f32>>`, the uniform `p` (fields
-// cols, norm_offset, eps), with NORM `norm_w: array<vec4<f32>>` (the norm's weight), the
-// constants WG, TPR (lanes per row) and IN_FLIGHT (parts whose loads a lane issues together), and `fn part_value(at: RowAt, i: u32) -> vec4<f32>`: the
-// sums that part i of the row adds (x: a dot product, y: Σx² of the x values read, z: a second
-// dot product, w: unused).
+// over its parts, the x values a part meets, the RMSNorm that NORM folds into a product, and sums
+// over a row's lanes. The including kernel declares the uniform `p` (fields cols, norm_offset,
+// eps, xq_scales), the constants WG, TPR (lanes per row) and IN_FLIGHT (parts whose loads a lane
+// issues together), `fn part_value(at: RowAt, i: u32) -> vec4<f32>`: the sums that part i of
+// the row adds (x: a dot product, y: Σx² of the x values read, z: a second dot product, w:
+// unused), and x: `x: array<vec4<f32>>` (with NORM also `norm_w: array<vec4<f32>>`, the norm's
+// weight), or with DOT_I8 `xq: array<vec4<u32>>`, x quantized by quantize_x.wgsl.
 //
 // NORM: the product of W with RMSNorm(x)·g equals (W · (x∘g)) / rms(x), and a row's lanes read
 // every value of x anyway, so they also sum x² on the way: the norm costs no dispatch and no
-// pass of its own.
+// pass of its own. With DOT_I8 the quantization applies the norm instead (no NORM here).
 
 // Where a row's work is: its stored weight row (and the second weight's, for the gate/up
-// product), its x vector, its output row.
+// product), its x vector (with DOT_I8 the vector's first record), its output row.
 struct RowAt {
     w_row: u32,
     up_row: u32,
@@ -35,47 +36,29 @@ fn row_parts(at: RowAt, t: u32, parts: u32) -> vec4<f32> {
     return acc;
 }
 
-// x values c..c+3 of the vector at xb, zero past the row's end.
-fn x_vec4(xb: u32, c: u32) -> vec4<f32> {
-    let i = xb + c;
-    if (c + 4u <= p.cols && (i & 3u) == 0u) {
-        return x[i >> 2u];
-    }
-    var v = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) {
-        if (c + j < p.cols) {
-            v[j] = x[(i + j) >> 2u][(i + j) & 3u];
-        }
-    }
-    return v;
+#ifdef DOT_I8
+// Part i of the vector whose records start at xb, as quantize_x.wgsl wrote it: xq holds every
+// part's packed terms (one vec4 each), then from p.xq_scales on two parts' (scale, sum) per vec4.
+// The decoder's vec4 indices k do not matter: quantized parts are vec4s j and j + 4 for every
+// dtype.
+fn x_in(xb: u32, i: u32, k: vec2<u32>) -> XQuant {
+    let g = xb + i;
+    let m = xq[p.xq_scales + (g >> 1u)];
+    let scale_sum = bitcast<vec2<f32>>(select(m.xy, m.zw, (g & 1u) == 1u));
+    return XQuant(xq[g], scale_sum.x, scale_sum.y);
 }
 
-#ifdef NORM
-// Norm weights c..c+3, zero past the row's end.
-fn norm_vec4(c: u32) -> vec4<f32> {
-    let i = p.norm_offset + c;
-    if (c + 4u <= p.cols && (i & 3u) == 0u) {
-        return norm_w[i >> 2u];
-    }
-    var v = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) {
-        if (c + j < p.cols) {
-            v[j] = norm_w[(i + j) >> 2u][(i + j) & 3u];
-        }
-    }
-    return v;
+// Σx² of the part's raw values: the quantization applied any norm, so none is summed.
+fn x_sq(xi: XQuant) -> f32 {
+    return 0.0;
 }
-#endif
+#else
+#include "x_read.wgsl"
 
-// The x values a part meets: vec4s k.x and k.y of the unit starting at column c of the vector
-// at xb (times the norm's weights with NORM), and Σx² of them (NORM).
-struct XPart {
-    a: vec4<f32>,
-    b: vec4<f32>,
-    sq: f32,
-}
-
-fn x_part(xb: u32, c: u32, k: vec2<u32>) -> XPart {
+// The x values part i of the vector at xb meets: its unit's vec4s k.x and k.y (times the norm's
+// weights with NORM), and Σx² of them (NORM).
+fn x_in(xb: u32, i: u32, k: vec2<u32>) -> XPart {
+    let c = (i >> 2u) * 32u;
     let a = x_vec4(xb, c + 4u * k.x);
     let b = x_vec4(xb, c + 4u * k.y);
 #ifdef NORM
@@ -85,16 +68,10 @@ fn x_part(xb: u32, c: u32, k: vec2<u32>) -> XPart {
 #endif
 }
 
-fn dot_x(w: Part, xp: XPart) -> f32 {
-    return dot(w[0], xp.a) + dot(w[1], xp.b);
+fn x_sq(xi: XPart) -> f32 {
+    return xi.sq;
 }
-
-// Part `w` of the unit starting at column c (its vec4 indices k) against x at xb, as the sums
-// part_value returns: (dot product times the part's multiplier, Σx² of the x values read, 0, 0).
-fn dot_part(w: ScaledPart, xb: u32, c: u32, k: vec2<u32>) -> vec4<f32> {
-    let xp = x_part(xb, c, k);
-    return vec4<f32>(dot_x(w.vals, xp) * w.mult, xp.sq, 0.0, 0.0);
-}
+#endif
 
 // A row's dot product d from its reduced sums s: divided by rms(x) with NORM.
 fn finish(d: f32, s: vec4<f32>) -> f32 {

@@ -17,6 +17,20 @@ fn load_scaled_part(row: u32, u: u32, j: u32, cols: u32) -> ScaledPart {
 }
 #endif
 
+// Part j of unit u of a row against the x values it meets: the decode products' dot product.
+// With DOT_I8 the x values come as two int8 terms (common.wgsl) and the decoder (Q4_0, Q8_0)
+// defines `dot_i8_part`: its integer dot products with both, joined, times the block's scale.
+#ifdef DOT_I8
+fn part_dot(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
+    return dot_i8_part(row, u, j, cols, x) * x.scale;
+}
+#else
+fn part_dot(row: u32, u: u32, j: u32, cols: u32, x: XPart) -> f32 {
+    let w = load_scaled_part(row, u, j, cols);
+    return (dot(w.vals[0], x.a) + dot(w.vals[1], x.b)) * w.mult;
+}
+#endif
+
 // The unit's vec4 indices that part j holds.
 fn part_k(j: u32) -> vec2<u32> {
     if (PART_SPLIT) {

@@ -1,0 +1,106 @@
+// x quantized once per vector for the int8 decode products (DOT_I8, matvec.wgsl and
+// matvec_multi.wgsl): each part of 8 values (vec4s j and j + 4 of a 32-value unit) as two int8
+// terms, coarse and fine (common.wgsl's XQuant), so that no product lane quantizes x itself.
+// One thread per part, vector v = wid.y at x_offset + v · x_stride. xq holds the records of
+// every vector's parts (record g = v · parts + i: the coarse term's two vec4s as packed bytes,
+// then the fine term's), then from vec4 `scales` on the records' (scale, sum), two per vec4.
+// NORM applies an RMSNorm first, x · g / rms(x): every workgroup sums x² over the whole vector
+// (≤ a few K values, from L2) and folds 1 / rms(x) into the scales.
+#include "common.wgsl"
+
+struct Params {
+    cols: u32,
+    parts: u32,         // records per vector: 4 per unit of 32 values
+    x_offset: u32,
+    x_stride: u32,
+    scales: u32,        // where the scales start (vec4s)
+    norm_offset: u32,   // NORM: where the norm's weights start in norm_w
+    eps: f32,           // NORM
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> xq: array<vec4<u32>>;
+@group(0) @binding(2) var<uniform> p: Params;
+#ifdef NORM
+@group(0) @binding(3) var<storage, read> norm_w: array<vec4<f32>>;
+#endif
+
+#include "x_read.wgsl"
+
+const WG: u32 = 64u;
+
+// Four values rounded to the nearest integers.
+fn rounded(v: vec4<f32>) -> vec4<i32> {
+    return vec4<i32>(round(v));
+}
+
+// Σ of the four int8 values packed in a word.
+fn byte_sum(w: u32) -> i32 {
+    return dot4I8Packed(w, 0x01010101u);
+}
+
+// A part's 8 values a, b as two int8 terms with scale max|v| / 127 (see XQuant); the sum
+// counts the values' steps only.
+fn quantize_part(a: vec4<f32>, b: vec4<f32>) -> XQuant {
+    let m = max(abs(a), abs(b));
+    let amax = max(max(m.x, m.y), max(m.z, m.w));
+    // Parts of zeros, or so small that 127 / amax could overflow, contribute nothing.
+    let inv = select(0.0, 127.0 / amax, amax >= 1e-30);
+    let ca = rounded(a * inv);
+    let cb = rounded(b * inv);
+    // The fine term: the remainder of 254 · t after 254 · coarse, in [-127, 127].
+    let inv_fine = 254.0 * inv;
+    let fa = rounded(a * inv_fine) - 254 * ca;
+    let fb = rounded(b * inv_fine) - 254 * cb;
+    let q = vec4<u32>(pack4xI8(ca), pack4xI8(cb), pack4xI8(fa), pack4xI8(fb));
+    let sum = join_terms(byte_sum(q.x) + byte_sum(q.y), byte_sum(q.z) + byte_sum(q.w));
+    return XQuant(q, amax / 127.0, sum);
+}
+
+var<workgroup> partial: array<f32, WG>;
+
+// 1 / rms(x) of the vector at xb, in every thread: called from uniform control flow.
+fn inv_rms(xb: u32, lid: u32) -> f32 {
+    var s = 0.0;
+    for (var c = 4u * lid; c < p.cols; c += 4u * WG) {
+        let v = x_vec4(xb, c);
+        s += dot(v, v);
+    }
+    partial[lid] = s;
+    workgroupBarrier();
+    for (var step = WG / 2u; step > 0u; step >>= 1u) {
+        if (lid < step) {
+            partial[lid] += partial[lid + step];
+        }
+        workgroupBarrier();
+    }
+    return inverseSqrt(partial[0] / f32(p.cols) + p.eps);
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let xb = p.x_offset + wid.y * p.x_stride;
+#ifdef NORM
+    let scale_by = inv_rms(xb, lid);
+#else
+    let scale_by = 1.0;
+#endif
+    let i = wid.x * WG + lid;
+    if (i >= p.parts) {
+        return;
+    }
+    let c = (i >> 2u) * 32u + 4u * (i & 3u);
+    var a = x_vec4(xb, c);
+    var b = x_vec4(xb, c + 16u);
+#ifdef NORM
+    a *= norm_vec4(c);
+    b *= norm_vec4(c + 16u);
+#endif
+    let r = quantize_part(a, b);
+    let g = wid.y * p.parts + i;
+    xq[g] = r.q;
+    let k = 2u * (g & 1u);
+    xq[p.scales + (g >> 1u)][k] = bitcast<u32>(r.scale * scale_by);
+    xq[p.scales + (g >> 1u)][k + 1u] = bitcast<u32>(r.sum);
+}
