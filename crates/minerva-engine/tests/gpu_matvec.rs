@@ -773,7 +773,7 @@ fn gguf_blocks_match_gguf_py() {
 
 #[test]
 fn weights_split_across_bindings_give_the_same_results() {
-    if device().is_none() {
+    if shared().is_none() {
         return;
     }
     let mut rng = Rng::new(2);
@@ -801,7 +801,7 @@ fn weights_split_across_bindings_give_the_same_results() {
 
 #[test]
 fn expert_matvec_reads_expert_ids_from_the_gpu() {
-    if device().is_none() {
+    if shared().is_none() {
         return;
     }
     let mut rng = Rng::new(3);
@@ -922,7 +922,7 @@ fn check_groups(ids: &[u32], order: &[u32], tiles: &[u32], tile_tokens: u32) {
 /// token i / k) and down-style (item reads row i) inputs.
 #[test]
 fn grouped_expert_matmul_matches_the_cpu() {
-    if device().is_none() {
+    if shared().is_none() {
         return;
     }
     let mut rng = Rng::new(8);
@@ -1035,7 +1035,7 @@ fn grouped_expert_matmul_matches_the_cpu() {
 /// input-major ([in][out]) float weight, with and without experts.
 #[test]
 fn strided_views_and_input_major_weights() {
-    if device().is_none() {
+    if shared().is_none() {
         return;
     }
     let mut rng = Rng::new(5);
@@ -1466,7 +1466,7 @@ type Layout<'a> = (
 /// (not a whole number of workgroups) and rows of 73 units.
 #[test]
 fn expert_gate_up_and_activation_in_one_product() {
-    if device().is_none() {
+    if shared().is_none() {
         return;
     }
     let mut rng = Rng::new(12);
@@ -1973,7 +1973,7 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
 /// product.
 #[test]
 fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
-    if device().is_none() {
+    if shared().is_none() {
         return;
     }
     let mut rng = Rng::new(23);

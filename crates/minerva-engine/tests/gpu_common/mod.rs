@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use minerva_engine::gpu::{GpuContext, GpuOptions};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Options of a context whose ops take f32 decode products for every dtype, which the kernel
 /// tests compare at f32 tolerances (tests of the int8 products turn them on).
@@ -32,8 +32,11 @@ pub fn device() -> Option<GpuContext> {
     }
 }
 
+/// One device for all the tests of a test binary (`exact`): NVIDIA's driver stopped offering
+/// an adapter to new instances after a dozen or so tests had each made their own (H200).
 pub fn shared() -> Option<Arc<GpuContext>> {
-    device().map(Arc::new)
+    static SHARED: OnceLock<Option<Arc<GpuContext>>> = OnceLock::new();
+    SHARED.get_or_init(|| device().map(Arc::new)).clone()
 }
 
 /// Deterministic xorshift random numbers.
