@@ -853,7 +853,11 @@ fn decode_fused_attention_with_rope_and_cache_write() {
         // tinyllama's layout (8 query heads per KV head of 64 values), f16, from position 0.
         let tiny = attn_shape(24, 3, 64, 1100, 0);
         let most = ops.fused_keys(&tiny, true) as usize;
-        assert!(most >= 128, "{}: fused decode takes {most} keys", ctx.describe());
+        assert!(
+            most >= 128,
+            "{}: fused decode takes {most} keys",
+            ctx.describe()
+        );
         attention_steps(&ctx, tiny, true, None, 19, 1, 1, adjacent, true);
         // The same up to the most keys it takes: a prompt, then single steps to the limit.
         attention_steps(&ctx, tiny, true, None, most, most - 3, 1, adjacent, true);
@@ -873,7 +877,17 @@ fn decode_fused_attention_with_rope_and_cache_write() {
             let big = attn_shape(16, 2, 128, 1100, 0);
             let most = ops.fused_keys(&big, f16) as usize;
             assert!(most >= 128, "{}: {most} keys of 8 × 128", ctx.describe());
-            attention_steps(&ctx, big, f16, sinks(16), most, most - 2, 1, halves(128), true);
+            attention_steps(
+                &ctx,
+                big,
+                f16,
+                sinks(16),
+                most,
+                most - 2,
+                1,
+                halves(128),
+                true,
+            );
         }
     }
 }
