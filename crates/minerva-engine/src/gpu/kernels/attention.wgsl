@@ -15,6 +15,8 @@
 //               workgroup of the KV head to finish merges the splits as combine does. Built per
 //               shape (DEC_GQ heads per KV head, DEC_D8 octets per head), head_dim a multiple
 //               of 8.
+//   decode_fused  one query over a short context in one workgroup per KV head, with the RoPE
+//               and the cache write of rope_write folded in: no splits, no merge.
 //   attend_tiled  several queries (head_dim ≤ TD): workgroup (row tile, KV head) takes TR rows
 //               (query, query head of the KV head) and walks their keys TB at a time, each block
 //               of keys and values staged in workgroup memory once for all TR rows, with a
@@ -649,6 +651,373 @@ fn merge(g: u32, used: u32, lid: u32, sg_size: u32) {
         if (e < GQ * d) {
             out[p.out_offset + h0 * d + e] = a[o];
         }
+    }
+}
+#endif
+
+#ifdef FUSED
+// decode_fused: one query in one workgroup per KV head g over at most FNK keys, with the RoPE
+// and the cache write that precede it folded in (no atomics to global memory, no merge):
+//   the rows of the thread's keys (keys lid, lid + FWG, …) are loaded first (FEARLY), so that
+//     they are in flight while the workgroup turns q and k;
+//   the FGQ query heads of g are turned (times the scale) into workgroup memory, k of head g
+//     with them; both go back to their buffers in place, and k with v into this position's
+//     cache slot. The current key's row and value are read from workgroup memory, rounded as
+//     the cache holds them: nothing else reads this slot of head g in this dispatch;
+//   each thread scores its keys against every query head; the maximum per head goes through a
+//     workgroup atomic (floats as order-preserving integers, started at the sink), and the
+//     weights exp(s − m) [head][key] through workgroup memory;
+//   thread (subset, head group, octet) sums weight × value over keys subset, subset + FR, …,
+//     FVB rows' loads in flight at a time, and the weights per head; the FRL subsets of
+//     neighbouring lanes reduce by subgroup shuffles, the FRH rows of them in workgroup memory.
+const FWG: u32 = FUS_WG;
+const FGQ: u32 = FUS_GQ;
+const FG2: u32 = FUS_G2;
+const FD8: u32 = FUS_D8;
+const FNK: u32 = FUS_NK;
+const FHPT: u32 = FUS_HPT;
+const FRL: u32 = FUS_RL;
+const FVB: u32 = FUS_VB;
+const FEARLY: bool = FUS_EARLY;
+const FD: u32 = FD8 * 8u;
+const FKPT: u32 = (FNK + FWG - 1u) / FWG;
+// Value threads: FVU units (head group, octet) × FRL lanes × FRH rows (the rest idle); FR
+// subsets of the keys.
+const FVU: u32 = FG2 / FHPT * FD8;
+const FRH: u32 = FUS_RH;
+const FR: u32 = FRH * FRL;
+// Workgroup memory for the weights, then for the value partials of the FRH rows.
+const FBIG: u32 = max(FGQ * FNK, FRH * FVU * FHPT * 8u);
+
+#ifdef KV_F32
+@group(0) @binding(16) var<storage, read_write> kw: array<vec4<f32>>;
+@group(0) @binding(17) var<storage, read_write> vw: array<vec4<f32>>;
+struct FOct {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+fn fk_load(o: u32) -> FOct {
+    return FOct(kw[2u * o], kw[2u * o + 1u]);
+}
+fn fv_load(o: u32) -> FOct {
+    return FOct(vw[2u * o], vw[2u * o + 1u]);
+}
+fn fk_store(o: u32, x: FOct) {
+    kw[2u * o] = x.lo;
+    kw[2u * o + 1u] = x.hi;
+}
+fn fv_store(o: u32, x: FOct) {
+    vw[2u * o] = x.lo;
+    vw[2u * o + 1u] = x.hi;
+}
+fn f_lo(x: FOct) -> vec4<f32> {
+    return x.lo;
+}
+fn f_hi(x: FOct) -> vec4<f32> {
+    return x.hi;
+}
+fn f_oct(lo: vec4<f32>, hi: vec4<f32>) -> FOct {
+    return FOct(lo, hi);
+}
+fn f_round(x: vec2<f32>) -> vec2<f32> {
+    return x;
+}
+#else
+@group(0) @binding(16) var<storage, read_write> kw: array<vec4<u32>>;
+@group(0) @binding(17) var<storage, read_write> vw: array<vec4<u32>>;
+struct FOct {
+    w: vec4<u32>,
+}
+fn fk_load(o: u32) -> FOct {
+    return FOct(kw[o]);
+}
+fn fv_load(o: u32) -> FOct {
+    return FOct(vw[o]);
+}
+fn fk_store(o: u32, x: FOct) {
+    kw[o] = x.w;
+}
+fn fv_store(o: u32, x: FOct) {
+    vw[o] = x.w;
+}
+fn f_lo(x: FOct) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(x.w.x), unpack2x16float(x.w.y));
+}
+fn f_hi(x: FOct) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(x.w.z), unpack2x16float(x.w.w));
+}
+fn f_oct(lo: vec4<f32>, hi: vec4<f32>) -> FOct {
+    return FOct(vec4<u32>(
+        pack2x16float(lo.xy),
+        pack2x16float(lo.zw),
+        pack2x16float(hi.xy),
+        pack2x16float(hi.zw),
+    ));
+}
+fn f_round(x: vec2<f32>) -> vec2<f32> {
+    return unpack2x16float(pack2x16float(x));
+}
+#endif
+
+var<workgroup> fq: array<vec4<f32>, FGQ * 2u * FD8>;   // turned queries × scale, [head][dim]
+var<workgroup> fkv: array<f32, 2u * FD>;              // this position's key, then its value
+var<workgroup> fbig: array<f32, FBIG>;
+var<workgroup> fls: array<f32, FRH * FG2>;             // Σ weights per (row, head)
+var<workgroup> fmax: array<atomic<u32>, FGQ>;
+
+// Floats as unsigned integers in the same order (atomicMax over scores).
+fn f_order(x: f32) -> u32 {
+    let u = bitcast<u32>(x);
+    return select(u | 0x80000000u, ~u, (u & 0x80000000u) != 0u);
+}
+
+fn f_unorder(u: u32) -> f32 {
+    return bitcast<f32>(select(~u, u & 0x7fffffffu, (u & 0x80000000u) != 0u));
+}
+
+// Octet index of key position `key`'s row of KV head g.
+fn f_row(key: u32, g: u32) -> u32 {
+    return ((key % p.cache_len) * p.kv_heads + g) * FD8;
+}
+
+// The octet of fkv at `at` (8 values) as the cache stores it.
+fn f_fresh(at: u32) -> FOct {
+    return f_oct(
+        vec4<f32>(fkv[at], fkv[at + 1u], fkv[at + 2u], fkv[at + 3u]),
+        vec4<f32>(fkv[at + 4u], fkv[at + 5u], fkv[at + 6u], fkv[at + 7u]),
+    );
+}
+
+// Rows of this thread's keys but the current one (its row is not in the cache yet).
+fn f_key_rows(lid: u32, lo: u32, n: u32, g: u32) -> array<array<FOct, FD8>, FKPT> {
+    var kr: array<array<FOct, FD8>, FKPT>;
+    for (var a = 0u; a < FKPT; a++) {
+        let j = lid + FWG * a;
+        if (j + 1u < n) {
+            let base = f_row(lo + j, g);
+            for (var o = 0u; o < FD8; o++) {
+                kr[a][o] = fk_load(base + o);
+            }
+        }
+    }
+    return kr;
+}
+
+// Element pair `i` of a head: the rotated pairs first (rope_pair), then the rest in order.
+fn f_pair(i: u32) -> vec2<u32> {
+    let half = p.rot_dim / 2u;
+    if (i < half) {
+        return rope_pair(i);
+    }
+    let e = p.rot_dim + 2u * (i - half);
+    return vec2<u32>(e, e + 1u);
+}
+
+// Query heads of g (rows 0..FGQ) and k of g (row FGQ) turned, written back in place, and into
+// workgroup memory: q times the scale, k and v rounded as the cache holds them.
+fn f_turn(g: u32, lid: u32) {
+    let pos = step.pos0;
+    let half = p.rot_dim / 2u;
+    let pairs = FD / 2u;
+    for (var e = lid; e < (FGQ + 1u) * pairs; e += FWG) {
+        let h = e / pairs;
+        let i = e % pairs;
+        let at = f_pair(i);
+        if (h < FGQ) {
+            let b = p.q_offset + (g * FGQ + h) * FD;
+            var x = vec2<f32>(qt[b + at.x], qt[b + at.y]);
+            if (i < half) {
+                x = rope_turn(x, i, pos);
+                qt[b + at.x] = x.x;
+                qt[b + at.y] = x.y;
+            }
+            let f = h * FD + at.x;
+            let s = h * FD + at.y;
+            fq[f / 4u][f % 4u] = x.x * p.scale;
+            fq[s / 4u][s % 4u] = x.y * p.scale;
+        } else {
+            let b = p.k_offset + g * FD;
+            var x = vec2<f32>(kt[b + at.x], kt[b + at.y]);
+            if (i < half) {
+                x = rope_turn(x, i, pos);
+                kt[b + at.x] = x.x;
+                kt[b + at.y] = x.y;
+            }
+            let r = f_round(x);
+            fkv[at.x] = r.x;
+            fkv[at.y] = r.y;
+            let vb = p.v_offset + g * FD;
+            let v = f_round(vec2<f32>(vsrc[vb + at.x], vsrc[vb + at.y]));
+            fkv[FD + at.x] = v.x;
+            fkv[FD + at.y] = v.y;
+        }
+    }
+}
+
+@compute @workgroup_size(FWG)
+fn decode_fused(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+#ifdef SUBGROUPS
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+#endif
+) {
+    let g = wid.x;
+    let qp = step.pos0;
+    let lo = first_key(qp);
+    // Keys lo..=qp, as j = 0..n; the last is this position's.
+    let n = qp + 1u - lo;
+    var kr: array<array<FOct, FD8>, FKPT>;
+    if (FEARLY) {
+        kr = f_key_rows(lid, lo, n, g);
+    }
+    if (lid < FGQ) {
+        var start = NEG;
+#ifdef SINKS
+        start = sinks[p.sinks_offset + g * FGQ + lid];
+#endif
+        atomicStore(&fmax[lid], f_order(start));
+    }
+    f_turn(g, lid);
+    if (!FEARLY) {
+        kr = f_key_rows(lid, lo, n, g);
+    }
+    workgroupBarrier();
+    let slot = f_row(qp, g);
+    if (lid < FD8) {
+        fk_store(slot + lid, f_fresh(8u * lid));
+    } else if (lid < 2u * FD8) {
+        fv_store(slot + lid - FD8, f_fresh(FD + 8u * (lid - FD8)));
+    }
+
+    var s: array<f32, FGQ * FKPT>;
+    var mx: array<f32, FGQ>;
+    for (var h = 0u; h < FGQ; h++) {
+        mx[h] = NEG;
+    }
+    for (var a = 0u; a < FKPT; a++) {
+        let j = lid + FWG * a;
+        if (j >= n) {
+            continue;
+        }
+        if (j + 1u == n) {
+            for (var o = 0u; o < FD8; o++) {
+                kr[a][o] = f_fresh(8u * o);
+            }
+        }
+        var dots: array<f32, FGQ>;
+        for (var o = 0u; o < FD8; o++) {
+            let kl = f_lo(kr[a][o]);
+            let kh = f_hi(kr[a][o]);
+            for (var h = 0u; h < FGQ; h++) {
+                dots[h] += dot(fq[(h * FD8 + o) * 2u], kl) + dot(fq[(h * FD8 + o) * 2u + 1u], kh);
+            }
+        }
+        for (var h = 0u; h < FGQ; h++) {
+            s[a * FGQ + h] = dots[h];
+            mx[h] = max(mx[h], dots[h]);
+        }
+    }
+    for (var h = 0u; h < FGQ; h++) {
+#ifdef SUBGROUPS
+        let m = subgroupMax(mx[h]);
+        if (sg_lane == 0u) {
+            atomicMax(&fmax[h], f_order(m));
+        }
+#else
+        atomicMax(&fmax[h], f_order(mx[h]));
+#endif
+    }
+    workgroupBarrier();
+    var m: array<f32, FGQ>;
+    for (var h = 0u; h < FGQ; h++) {
+        m[h] = f_unorder(atomicLoad(&fmax[h]));
+    }
+    for (var a = 0u; a < FKPT; a++) {
+        let j = lid + FWG * a;
+        if (j < n) {
+            for (var h = 0u; h < FGQ; h++) {
+                fbig[h * FNK + j] = exp(s[a * FGQ + h] - m[h]);
+            }
+        }
+    }
+    workgroupBarrier();
+
+    let rl = lid % FRL;
+    let unit = lid / FRL % FVU;
+    let rh = lid / (FRL * FVU);
+    let hg = unit / FD8;
+    let o = unit % FD8;
+    var acc: array<vec4<f32>, 2u * FHPT>;
+    var ls: array<f32, FHPT>;
+    if (rh < FRH) {
+        for (var j0 = rh * FRL + rl; j0 < n; j0 += FR * FVB) {
+            var vr: array<FOct, FVB>;
+            for (var b = 0u; b < FVB; b++) {
+                let j = j0 + FR * b;
+                if (j + 1u < n) {
+                    vr[b] = fv_load(f_row(lo + j, g) + o);
+                } else if (j + 1u == n) {
+                    vr[b] = f_fresh(FD + 8u * o);
+                }
+            }
+            for (var b = 0u; b < FVB; b++) {
+                let j = j0 + FR * b;
+                if (j >= n) {
+                    break;
+                }
+                let vl = f_lo(vr[b]);
+                let vh = f_hi(vr[b]);
+                for (var t = 0u; t < FHPT; t++) {
+                    let h = hg * FHPT + t;
+                    if (h < FGQ) {
+                        let w = fbig[h * FNK + j];
+                        acc[2u * t] += w * vl;
+                        acc[2u * t + 1u] += w * vh;
+                        ls[t] += w;
+                    }
+                }
+            }
+        }
+    }
+#ifdef SUBGROUPS
+    for (var mask = 1u; mask < FRL; mask <<= 1u) {
+        for (var t = 0u; t < FHPT; t++) {
+            acc[2u * t] += subgroupShuffleXor(acc[2u * t], mask);
+            acc[2u * t + 1u] += subgroupShuffleXor(acc[2u * t + 1u], mask);
+            ls[t] += subgroupShuffleXor(ls[t], mask);
+        }
+    }
+#endif
+    // The weights are read: their memory takes the rows' partials.
+    workgroupBarrier();
+    if (rl == 0u && rh < FRH) {
+        let b = (rh * FVU + unit) * FHPT * 8u;
+        for (var t = 0u; t < FHPT; t++) {
+            for (var c = 0u; c < 4u; c++) {
+                fbig[b + 8u * t + c] = acc[2u * t][c];
+                fbig[b + 8u * t + 4u + c] = acc[2u * t + 1u][c];
+            }
+            if (o == 0u) {
+                fls[rh * FG2 + hg * FHPT + t] = ls[t];
+            }
+        }
+    }
+    workgroupBarrier();
+    for (var e = lid; e < FGQ * FD; e += FWG) {
+        let h = e / FD;
+        let i = e % FD;
+        let at = (h / FHPT * FD8 + i / 8u) * FHPT * 8u + h % FHPT * 8u + i % 8u;
+        var x = 0.0;
+        var l = 0.0;
+        for (var r = 0u; r < FRH; r++) {
+            x += fbig[r * FVU * FHPT * 8u + at];
+            l += fls[r * FG2 + h];
+        }
+#ifdef SINKS
+        l += exp(sinks[p.sinks_offset + g * FGQ + h] - f_unorder(atomicLoad(&fmax[h])));
+#endif
+        out[p.out_offset + (g * FGQ + h) * FD + i] = x / l;
     }
 }
 #endif
