@@ -456,7 +456,17 @@ impl GpuContext {
             t.add(read.dispatches, read.encode, waited.elapsed());
         }
         self.finish_profile(read.profiled);
-        let result = read.mapped.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // Another thread polling the same device may be the one running this map's callback:
+        // the submission is done, so the callback comes at once; wait for it a little.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let result = loop {
+            let taken = read.mapped.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if taken.is_some() || std::time::Instant::now() > deadline {
+                break taken;
+            }
+            let _ = self.device.poll(wgpu::PollType::Poll);
+            std::thread::yield_now();
+        };
         match result {
             Some(Ok(())) => {}
             Some(Err(e)) => return Err(GpuError::Readback(e.to_string())),
