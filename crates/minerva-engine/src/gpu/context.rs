@@ -36,6 +36,10 @@ pub struct Capabilities {
     /// 16×16×16 subgroup matrices with f16 inputs and f32 results, f16, and subgroups of exactly
     /// `COOP_SUBGROUP` lanes; the options leave them on.
     pub matrix_cores: bool,
+    /// Decode products of E2M1 (MXFP4) weights multiply in packed f16 (PACKED_F16): the adapter
+    /// offers f16 and the options allow inexact products (neither `kv_f32` nor `matmul_f32`;
+    /// `MINERVA_GPU_PACKED_F16=0` does the same).
+    pub packed_f16: bool,
 }
 
 /// The one subgroup size the matrix-core product is written for: its workgroup is one subgroup.
@@ -153,6 +157,7 @@ impl GpuContext {
             max_buffer: limits.max_buffer_size,
             max_workgroup_storage: limits.max_compute_workgroup_storage_size,
             matrix_cores,
+            packed_f16: features.contains(wgpu::Features::SHADER_F16) && packed_f16_wanted(opts),
         };
         let profiler = super::profile::Profiler::from_env(caps.timestamps, &queue);
         Ok(GpuContext {
@@ -211,7 +216,8 @@ impl GpuContext {
     /// A one-line description: adapter, backend, and the features kernels use.
     pub fn describe(&self) -> String {
         format!(
-            "{} ({:?}, {:?}; subgroups {}, f16 {}, matrix cores {}, binding ≤ {} MiB)",
+            "{} ({:?}, {:?}; subgroups {}, f16 {}, matrix cores {}, packed f16 products {}, \
+             binding ≤ {} MiB)",
             self.info.name,
             self.info.backend,
             self.info.device_type,
@@ -222,6 +228,7 @@ impl GpuContext {
             },
             self.caps.f16,
             if self.caps.matrix_cores { "on" } else { "off" },
+            if self.caps.packed_f16 { "on" } else { "off" },
             self.caps.max_binding >> 20
         )
     }
@@ -232,6 +239,13 @@ fn matrix_cores_wanted(opts: &GpuOptions) -> bool {
     !opts.matmul_f32
         && !opts.kv_f32
         && std::env::var("MINERVA_GPU_MATRIX_CORES").map_or(true, |v| v != "0")
+}
+
+/// Whether the options and the environment leave packed f16 decode products on.
+fn packed_f16_wanted(opts: &GpuOptions) -> bool {
+    !opts.matmul_f32
+        && !opts.kv_f32
+        && std::env::var("MINERVA_GPU_PACKED_F16").map_or(true, |v| v != "0")
 }
 
 /// Whether the adapter can run the matrix-core product (see `Capabilities::matrix_cores`).

@@ -742,6 +742,8 @@ pub struct Ops {
     /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads; None:
     /// `rows_per_lane` chooses.
     rows_per_lane: Option<u32>,
+    /// Decode products of E2M1 weights in packed f16 (`Capabilities::packed_f16`).
+    packed_f16: bool,
     /// The matrix-core product's scratch buffers by name (f16 weights, f16 inputs, bias
     /// block), shared by every product and replaced by larger ones as needed: each product's
     /// dispatches keep the buffers they were built with.
@@ -772,6 +774,7 @@ pub fn rows_per_lane(outputs: u32) -> u32 {
 impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
         Ops {
+            packed_f16: ctx.caps.packed_f16,
             ctx,
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
@@ -797,6 +800,24 @@ impl Ops {
     /// them against each other.
     pub fn set_rows_per_lane(&mut self, rows: u32) {
         self.rows_per_lane = Some(rows.clamp(1, 3));
+    }
+
+    /// Sets whether decode products of E2M1 weights multiply in packed f16 where the adapter
+    /// offers f16 (else in f32, as exact contexts do), for measuring or checking both.
+    pub fn set_packed_f16(&mut self, on: bool) {
+        self.packed_f16 = on && self.ctx.caps.f16;
+    }
+
+    /// Whether decode products of E2M1 weights multiply in packed f16.
+    pub fn packed_f16(&self) -> bool {
+        self.packed_f16
+    }
+
+    /// Whether a decode product of weights read through `decoders` takes them in packed f16:
+    /// E2M1 weights only, and no folded norm, whose raw x (before the division by its rms) may
+    /// exceed what f16 products hold.
+    fn takes_packed_f16(&self, decoders: &[&Defines], norm: bool) -> bool {
+        self.packed_f16 && !norm && decoders.iter().all(|d| d.contains_key("E2M1"))
     }
 
     fn pipeline(
@@ -965,6 +986,9 @@ impl Ops {
         if folds.norm.is_some() {
             d.insert("NORM".into(), String::new());
         }
+        if self.takes_packed_f16(&[&d], folds.norm.is_some()) {
+            d.insert("PACKED_F16".into(), String::new());
+        }
         if folds.residual.is_some() {
             d.insert("RESIDUAL".into(), String::new());
         }
@@ -1124,13 +1148,20 @@ impl Ops {
     /// The pipeline of `matvec_multi.wgsl` for weights read through `decoders`.
     fn multi_pipeline(
         &self,
-        decoders: Vec<Defines>,
+        mut decoders: Vec<Defines>,
         mode: Multi,
         norm: bool,
         bias: bool,
         experts: bool,
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
-        let mut d = self.product_defines(matches!(mode, Multi::Glu(_)));
+        let glu = matches!(mode, Multi::Glu(_));
+        let mut d = self.product_defines(glu);
+        if glu && self.takes_packed_f16(&decoders.iter().collect::<Vec<_>>(), norm) {
+            // The kernel (common.wgsl: f16 on) and each weight's decoder (its half parts).
+            for dec in decoders.iter_mut().chain([&mut d]) {
+                dec.insert("PACKED_F16".into(), String::new());
+            }
+        }
         let mut flag = |f: &str| d.insert(f.into(), String::new());
         match mode {
             Multi::Split => {

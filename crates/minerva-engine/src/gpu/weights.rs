@@ -140,8 +140,10 @@ pub fn decoder_defines(dtype: DType, scale_dtype: Option<DType>) -> Option<Defin
     };
     let mut d = defines(&[("DECODER", file.into()), (flag, String::new())]);
     if matches!(dtype, DType::MXFP4 | DType::MlxMxfp4 | DType::HfMxfp4) {
-        // Power-of-two block scales: the products apply them once per part (unit.wgsl).
+        // Power-of-two block scales: the products apply them once per part (unit.wgsl). E2M1
+        // codes: the decode products may take them in packed f16 (PACKED_F16).
         d.insert("SCALED_PARTS".into(), String::new());
+        d.insert("E2M1".into(), String::new());
     }
     Some(d)
 }

@@ -8,6 +8,8 @@
 // the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
 // product; RESIDUAL also adds each result into `resid` (the residual stream); NORM_OUT (with
 // NORM, one vector) also writes the norm's output into `normed`, for products that read it next.
+// PACKED_F16 (E2M1 weights): each part's products and their sums in packed f16 (HalfPart,
+// common.wgsl), the part's sum and everything after it in f32.
 #include "common.wgsl"
 #include DECODER
 
@@ -62,13 +64,24 @@ fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let u = i >> 2u;
     let j = i & 3u;
     let xp = x_part(at.xb, u * 32u, part_k(j));
+#ifdef PACKED_F16
+    let xh = x_halves(xp.a, xp.b);
+    let w = load_half_part(at.w_row, u, j, p.cols);
+    var s = vec4<f32>(dot_halves(w.vals, xh) * w.mult, xp.sq, 0.0, 0.0);
+#else
     let w = load_scaled_part(at.w_row, u, j, p.cols);
     var s = vec4<f32>(dot_x(w.vals, xp) * w.mult, xp.sq, 0.0, 0.0);
+#endif
 #ifdef MULTI_ROW
     for (var r = 1u; r < RPL; r++) {
         let w_row = at.w_row + min(r, p.rows - 1u - at.row) * p.row_stride;
+#ifdef PACKED_F16
+        let wr = load_half_part(w_row, u, j, p.cols);
+        s[r + 1u] = dot_halves(wr.vals, xh) * wr.mult;
+#else
         let wr = load_scaled_part(w_row, u, j, p.cols);
         s[r + 1u] = dot_x(wr.vals, xp) * wr.mult;
+#endif
     }
 #endif
     return s;

@@ -10,7 +10,8 @@
 // matrices of expert ids[z] (its x vector z / x_div, its output row z · y_stride, its biases
 // ids[z] · bias_stride on); a workgroup whose expert lives in another part of the weights does
 // nothing, as in matvec.wgsl. Layout as matvec.wgsl: RPW rows per workgroup of WG threads, the
-// lanes of a row taking its 8-value parts in turn.
+// lanes of a row taking its 8-value parts in turn. PACKED_F16 (GLU, both weights E2M1): the
+// parts' products in packed f16 (HalfPart, common.wgsl).
 struct Params {
     rows0: u32,
     rows1: u32,
@@ -69,9 +70,18 @@ fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let j = i & 3u;
     let c = u * 32u;
 #ifdef GLU
+#ifdef PACKED_F16
+    let xg = x_part(at.xb, c, part_k_0(j));
+    let xu = x_part(at.xb, c, part_k_1(j));
+    let g = load_half_part_0(at.w_row, u, j, p.cols);
+    let v = load_half_part_1(at.up_row, u, j, p.cols);
+    let gd = dot_halves(g.vals, x_halves_0(xg.a, xg.b)) * g.mult;
+    return vec4<f32>(gd, xg.sq, dot_halves(v.vals, x_halves_1(xu.a, xu.b)) * v.mult, 0.0);
+#else
     let g = dot_part(load_scaled_part_0(at.w_row, u, j, p.cols), at.xb, c, part_k_0(j));
     let v = dot_part(load_scaled_part_1(at.up_row, u, j, p.cols), at.xb, c, part_k_1(j));
     return vec4<f32>(g.xy, v.x, 0.0);
+#endif
 #else
     let row = at.row;
     if (row < p.rows0) {
