@@ -38,7 +38,7 @@ struct ScaledPart {
 // 2^(exponent - 14) times its value for e ≥ 1; the codes with e = 0 (0 and 0.5) have no normal
 // f16 of that form, so code 1 clears its mantissa (exponent `exponent`, mantissa 0: the same
 // multiple of 0.5) and code 0 leaves every bit 0 (no subnormals involved, which GPUs may flush).
-// `exponent`, a multiple of 4 from 4 to 28, keeps e in its two low bits: 16 gives 4× the
+// `exponent`, a multiple of 4 from 4 to 24, keeps e in its two low bits: 16 gives 4× the
 // values, 12 a quarter. The eight codes of a word make four pairs of f16 bits in a u32, pair n
 // holding codes n (low half) and n + 4 (high half), which lie 16 bits apart in the word, so
 // that one shift places both: per word, `field` holds each code's exponent bits and its
@@ -76,11 +76,11 @@ fn e2m1_nibbles_x4(w: u32) -> Part {
 }
 
 #ifdef PACKED_F16
-// A part's eight E2M1 values as f16 pairs, a quarter of their values (e2m1_pairs with exponent
-// 12: eight products of |x| ≤ 5000 stay below f16's 65504), for the decode products of
-// PACKED_F16, which multiply them two at a time in packed f16 arithmetic; `mult` is the
-// multiplier the products apply once per part (E8M0 scale · 4). Which of the part's values each
-// pair holds is the decoder's (its `x_halves` pairs x alike).
+// A part's eight E2M1 values in four f16 pairs, each value a quarter of the code's (e2m1_pairs
+// with exponent 12: eight products of |x| ≤ 5000 stay below f16's 65504), for the decode
+// products of PACKED_F16, which multiply them two at a time in packed f16 arithmetic; `mult` is
+// the multiplier the products apply once per part (E8M0 scale · 4). Which of the part's values
+// each pair holds is the decoder's (its `x_halves` pairs x alike).
 struct HalfPart {
     vals: array<vec2<f16>, 4>,
     mult: f32,
