@@ -142,6 +142,33 @@ fn products(c: &mut Criterion) {
         }
     }
 
+    // gpt-oss's four experts' rows of MXFP4, the products in f32 and in packed f16.
+    let (rows, cols) = (4 * 2880, 2880);
+    let bytes = weight_bytes(DType::MXFP4, rows, cols);
+    let w = upload(&ctx, DType::MXFP4, rows, cols, &bytes);
+    ops.set_product_shape(256, 4);
+    ops.set_rows_per_lane(2);
+    for packed in [false, true] {
+        ops.set_packed_f16(packed);
+        let d = ops
+            .matvec(
+                &w,
+                &MatSel::whole(&w),
+                Region::new(&x, 0, cols as u32),
+                Region::new(&y, 0, rows as u32),
+                1,
+                None,
+                None,
+                Folds::default(),
+            )
+            .expect("matvec");
+        let name = format!(
+            "MXFP4 {rows}x{cols} rows per lane 2 packed f16 {}",
+            ops.packed_f16()
+        );
+        time_dispatch(c, &ctx, &name, &d[0]);
+    }
+
     // tinyllama's gate/up/SiLU product with the RMSNorm folded in, as decode runs it.
     let norm = NormFold {
         buf: &x,

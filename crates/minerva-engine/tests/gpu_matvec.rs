@@ -242,6 +242,14 @@ fn all_dtypes() -> Vec<(DType, usize)> {
     v
 }
 
+/// Ops whose decode products of E2M1 weights multiply in f32, as exact contexts run them: the
+/// checks that hold products to 2e-5 (packed f16 products have their own tests).
+fn f32_ops(ctx: Arc<GpuContext>) -> Ops {
+    let mut ops = Ops::new(ctx);
+    ops.set_packed_f16(false);
+    ops
+}
+
 /// Runs matvec (3 vectors), matmul (every tile, 1 to 100 tokens) and embedding (5 ids) for one
 /// weight and checks them against the CPU.
 fn check_stored(ops: &Ops, s: &Stored, want_parts: Option<usize>) {
@@ -493,7 +501,7 @@ fn run_matmul(
 #[test]
 fn every_dtype_matches_the_cpu() {
     let Some(ctx) = shared() else { return };
-    let mut ops = Ops::new(ctx);
+    let mut ops = f32_ops(ctx);
     let mut rng = Rng::new(1);
     // Every number of rows per lane: 45 rows leave a last group of one row or two.
     for rows_per_lane in 1..=3 {
@@ -736,7 +744,7 @@ fn matrix_core_inputs_convert_to_f16() {
 #[test]
 fn gguf_blocks_match_gguf_py() {
     let Some(ctx) = shared() else { return };
-    let ops = Ops::new(ctx);
+    let ops = f32_ops(ctx);
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../tests/fixtures/gpu/ggml_blocks.safetensors"
@@ -792,7 +800,7 @@ fn weights_split_across_bindings_give_the_same_results() {
         let widest = s.bufs.iter().map(|b| b.len() / 45).max().unwrap();
         ctx.caps.max_binding = (widest * 10 + 4) as u64;
         let shared = Arc::new(ctx);
-        check_stored(&Ops::new(shared.clone()), &s, Some(5));
+        check_stored(&f32_ops(shared.clone()), &s, Some(5));
         ctx = Arc::try_unwrap(shared)
             .ok()
             .expect("nothing else holds the context");
@@ -875,6 +883,130 @@ fn expert_matvec_reads_expert_ids_from_the_gpu() {
                 &want,
                 &mag,
                 2e-5,
+            );
+        }
+    }
+}
+
+/// Decode products of MXFP4 weights (GGUF blocks, HF blocks, MLX packs) in packed f16 where the
+/// adapter offers f16, against the CPU within `TOL_F16_INPUTS` of the terms' magnitude. Plain:
+/// 45 rows (not whole workgroups) of 96 and of gpt-oss's 2880 values, 1 to 3 rows per lane,
+/// three vectors, the last with values up to ±1000 (the f16 products must not overflow).
+/// Experts: 5 experts of 19 rows, each item's expert read from the GPU, 1 and 2 rows per lane,
+/// the weight whole and split into parts of whole experts.
+#[test]
+fn packed_f16_mxfp4_products_match_the_cpu() {
+    if shared().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(14);
+    for dtype in [DType::MXFP4, DType::HfMxfp4, DType::MlxMxfp4] {
+        for cols in [96usize, 2880] {
+            let name = format!("{} × {cols}", dtype.name());
+            let s = make(dtype, 45, cols, &mut rng);
+            let mut x = rng.vec(3 * cols);
+            x[2 * cols..].iter_mut().for_each(|v| *v *= 1000.0);
+            check_packed_plain(&name, &s, &x);
+            let e = make(dtype, 5 * 19, cols, &mut rng);
+            let xe = rng.vec(2 * cols);
+            for split in [false, true] {
+                check_packed_experts(&format!("{name} split={split}"), &e, &xe, split);
+            }
+        }
+    }
+}
+
+/// Ops with packed f16 products where the adapter offers f16 (the default options allow them).
+fn packed_ops(ctx: Arc<GpuContext>) -> Ops {
+    let mut ops = Ops::new(ctx.clone());
+    assert_eq!(ops.packed_f16(), ctx.caps.packed_f16);
+    ops.set_packed_f16(true);
+    assert_eq!(ops.packed_f16(), ctx.caps.f16);
+    ops
+}
+
+/// `s` (one matrix) times the vectors of `x`, with 1 to 3 rows per lane.
+fn check_packed_plain(name: &str, s: &Stored, x: &[f32]) {
+    let ctx = shared().unwrap();
+    let mut ops = packed_ops(ctx.clone());
+    let (rows, cols) = (s.rows, s.cols);
+    let batch = x.len() / cols;
+    let w = GpuWeight::upload(&ctx, &s.view(vec![rows, cols]), 1).unwrap();
+    let (want, mag) = cpu_matmul(&s.reference().unwrap(), x, rows, cols, batch);
+    let xb = ctx.storage_with("x", x);
+    for rows_per_lane in 1..=3 {
+        ops.set_rows_per_lane(rows_per_lane);
+        let yb = ctx.storage("y", (batch * rows * 4) as u64);
+        let d = ops
+            .matvec(
+                &w,
+                &MatSel::whole(&w),
+                Region::new(&xb, 0, cols as u32),
+                Region::new(&yb, 0, rows as u32),
+                batch as u32,
+                None,
+                None,
+                Folds::default(),
+            )
+            .unwrap();
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+        let got = ctx.read_f32(&yb, 0, batch * rows).unwrap();
+        let what = format!("{name} packed f16 matvec, {rows_per_lane} rows per lane");
+        assert_dots_close(&what, &got, &want, &mag, TOL_F16_INPUTS);
+    }
+}
+
+/// Expert products over `s` stored as [5, 19, cols]: two tokens of `x`, two experts each (item z
+/// reads token z / 2), the weight split into parts of two experts' rows with `split`.
+fn check_packed_experts(name: &str, s: &Stored, x: &[f32], split: bool) {
+    let (experts, rows, cols) = (5usize, 19usize, s.cols);
+    let mut ctx = GpuContext::new(&Default::default()).unwrap();
+    if split {
+        let widest = s.bufs.iter().map(|b| b.len() / (experts * rows)).max();
+        ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
+    }
+    let ctx = Arc::new(ctx);
+    let mut ops = packed_ops(ctx.clone());
+    let w = GpuWeight::upload(&ctx, &s.view(vec![experts, rows, cols]), rows).unwrap();
+    assert_eq!(w.parts.len(), if split { 3 } else { 1 });
+    let w_ref = s.reference().unwrap();
+    let ids: Vec<u32> = vec![4, 1, 0, 4];
+    let (xb, ib) = (ctx.storage_with("x", x), ctx.storage_with("ids", &ids));
+    let all = MatSel {
+        matrix: 0,
+        offset: 0,
+        stride: 1,
+        out_dim: rows,
+        in_dim: cols,
+        input_major: false,
+    };
+    for rows_per_lane in 1..=2 {
+        ops.set_rows_per_lane(rows_per_lane);
+        let yb = ctx.storage("y", (ids.len() * rows * 4) as u64);
+        let d = ops
+            .matvec(
+                &w,
+                &all,
+                Region::new(&xb, 0, cols as u32),
+                Region::new(&yb, 0, rows as u32),
+                ids.len() as u32,
+                None,
+                Some(ExpertSel { ids: &ib, x_div: 2 }),
+                Folds::default(),
+            )
+            .unwrap();
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+        let got = ctx.read_f32(&yb, 0, ids.len() * rows).unwrap();
+        for (z, &e) in ids.iter().enumerate() {
+            let e = e as usize;
+            let we = &w_ref[e * rows * cols..(e + 1) * rows * cols];
+            let (want, mag) = cpu_matmul(we, &x[(z / 2) * cols..(z / 2 + 1) * cols], rows, cols, 1);
+            assert_dots_close(
+                &format!("{name} packed f16 expert item {z}, {rows_per_lane} rows per lane"),
+                &got[z * rows..(z + 1) * rows],
+                &want,
+                &mag,
+                TOL_F16_INPUTS,
             );
         }
     }
@@ -1466,6 +1598,31 @@ type Layout<'a> = (
 /// (not a whole number of workgroups) and rows of 73 units.
 #[test]
 fn expert_gate_up_and_activation_in_one_product() {
+    let cases = [
+        (DType::MXFP4, 96usize),
+        (DType::HfMxfp4, 2336),
+        (DType::Q8_0, 64),
+    ];
+    check_glu_experts(&cases, false, 1e-4);
+}
+
+/// The same with the products in packed f16 where the adapter offers f16: GGUF, HF and MLX
+/// MXFP4 experts, rows of gpt-oss's 2880 values (90 units). Each product within f16's bound
+/// (`TOL_F16_INPUTS` of its terms' magnitude); the activation's error is about |u| times the
+/// gate's plus |act/u| times the up's, hence twice that bound of the product of magnitudes.
+#[test]
+fn packed_f16_expert_gate_up_and_activation() {
+    let cases = [
+        (DType::MXFP4, 2880usize),
+        (DType::HfMxfp4, 2880),
+        (DType::MlxMxfp4, 96),
+    ];
+    check_glu_experts(&cases, true, 2.0 * TOL_F16_INPUTS);
+}
+
+/// `Ops::matvec_glu_experts` for the weight dtypes and row lengths of `cases` against the CPU,
+/// in packed f16 (where offered) or in f32, within tol · (1 + Σ|g·x|) · (1 + Σ|u·x|).
+fn check_glu_experts(cases: &[(DType, usize)], packed: bool, tol: f32) {
     if shared().is_none() {
         return;
     }
@@ -1473,11 +1630,7 @@ fn expert_gate_up_and_activation_in_one_product() {
     let (experts, rows, k) = (5usize, 19usize, 2usize);
     // Two tokens, two experts each: item z reads token z / k.
     let ids: Vec<u32> = vec![4, 1, 0, 4];
-    for (dtype, cols) in [
-        (DType::MXFP4, 96usize),
-        (DType::HfMxfp4, 2336),
-        (DType::Q8_0, 64),
-    ] {
+    for &(dtype, cols) in cases {
         // Separate weights [E, rows, cols], and one [E, 2·rows, cols] with gate at even rows.
         let gate = make(dtype, experts * rows, cols, &mut rng);
         let up = make(dtype, experts * rows, cols, &mut rng);
@@ -1493,7 +1646,9 @@ fn expert_gate_up_and_activation_in_one_product() {
                 ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
             }
             let ctx = Arc::new(ctx);
-            let ops = Ops::new(ctx.clone());
+            let mut ops = Ops::new(ctx.clone());
+            ops.set_packed_f16(packed);
+            assert_eq!(ops.packed_f16(), packed && ctx.caps.f16);
             let upload = |s: &Stored, stored: usize| {
                 let w = GpuWeight::upload(&ctx, &s.view(vec![experts, stored, cols]), stored);
                 w.unwrap()
@@ -1595,10 +1750,10 @@ fn expert_gate_up_and_activation_in_one_product() {
                                     }
                                 };
                                 let have = got[z * (rows + 2) + j];
-                                let tol = 1e-4 * (1.0 + g.1[0]) * (1.0 + u.1[0]);
+                                let tol = tol * (1.0 + g.1[0]) * (1.0 + u.1[0]);
                                 assert!(
                                     (have - want).abs() <= tol,
-                                    "{} {name} split={split} bias={biased} {act:?} item {z} row {j}: {have} vs {want}",
+                                    "{} {name} split={split} bias={biased} {act:?} packed={packed} item {z} row {j}: {have} vs {want}",
                                     dtype.name()
                                 );
                             }

@@ -38,6 +38,10 @@ pub struct Capabilities {
     /// 16×16×16 subgroup matrices with f16 inputs and f32 results, f16, and subgroups of exactly
     /// `COOP_SUBGROUP` lanes; the options leave them on.
     pub matrix_cores: bool,
+    /// Decode products of E2M1 (MXFP4) weights multiply in packed f16 (PACKED_F16): the adapter
+    /// offers f16 and the options allow inexact products (neither `kv_f32` nor `matmul_f32`;
+    /// `MINERVA_GPU_PACKED_F16=0` does the same).
+    pub packed_f16: bool,
 }
 
 /// The one subgroup size the matrix-core product is written for: its workgroup is one subgroup.
@@ -165,6 +169,7 @@ impl GpuContext {
                 .max_compute_invocations_per_workgroup
                 .min(limits.max_compute_workgroup_size_x),
             matrix_cores,
+            packed_f16: features.contains(wgpu::Features::SHADER_F16) && packed_f16_wanted(opts),
         };
         let profiler = super::profile::Profiler::from_env(
             caps.timestamps,
@@ -229,7 +234,8 @@ impl GpuContext {
     /// A one-line description: adapter, backend, and the features kernels use.
     pub fn describe(&self) -> String {
         format!(
-            "{} ({:?}, {:?}; subgroups {}, f16 {}, matrix cores {}, int8 products {}, binding ≤ {} MiB)",
+            "{} ({:?}, {:?}; subgroups {}, f16 {}, matrix cores {}, int8 products {}, \
+             packed f16 products {}, binding ≤ {} MiB)",
             self.info.name,
             self.info.backend,
             self.info.device_type,
@@ -241,6 +247,7 @@ impl GpuContext {
             self.caps.f16,
             if self.caps.matrix_cores { "on" } else { "off" },
             self.int8_products,
+            if self.caps.packed_f16 { "on" } else { "off" },
             self.caps.max_binding >> 20
         )
     }
@@ -251,6 +258,13 @@ fn matrix_cores_wanted(opts: &GpuOptions) -> bool {
     !opts.matmul_f32
         && !opts.kv_f32
         && std::env::var("MINERVA_GPU_MATRIX_CORES").map_or(true, |v| v != "0")
+}
+
+/// Whether the options and the environment leave packed f16 decode products on.
+fn packed_f16_wanted(opts: &GpuOptions) -> bool {
+    !opts.matmul_f32
+        && !opts.kv_f32
+        && std::env::var("MINERVA_GPU_PACKED_F16").map_or(true, |v| v != "0")
 }
 
 /// Whether the adapter can run the matrix-core product (see `Capabilities::matrix_cores`).

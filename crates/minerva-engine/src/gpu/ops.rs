@@ -832,6 +832,8 @@ pub struct Ops {
     /// replaced by larger ones as needed: each product's dispatches keep the buffers they were
     /// built with.
     scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
+    /// Decode products of E2M1 weights in packed f16 (`Capabilities::packed_f16`).
+    packed_f16: bool,
 }
 
 /// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
@@ -864,6 +866,7 @@ pub fn rows_per_lane(outputs: u32) -> u32 {
 impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
         Ops {
+            packed_f16: ctx.caps.packed_f16,
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
             in_flight: IN_FLIGHT,
@@ -916,6 +919,24 @@ impl Ops {
                 .iter()
                 .all(|w| matches!(w.dtype, DType::Q4_0 | DType::Q8_0))
             && (!one_x || weights.iter().all(|w| w.dtype == weights[0].dtype))
+    }
+
+    /// Sets whether decode products of E2M1 weights multiply in packed f16 where the adapter
+    /// offers f16 (else in f32, as exact contexts do), for measuring or checking both.
+    pub fn set_packed_f16(&mut self, on: bool) {
+        self.packed_f16 = on && self.ctx.caps.f16;
+    }
+
+    /// Whether decode products of E2M1 weights multiply in packed f16.
+    pub fn packed_f16(&self) -> bool {
+        self.packed_f16
+    }
+
+    /// Whether a decode product of weights read through `decoders` takes them in packed f16:
+    /// E2M1 weights only, and no folded norm, whose raw x (before the division by its rms) may
+    /// exceed what f16 products hold.
+    fn takes_packed_f16(&self, decoders: &[&Defines], norm: bool) -> bool {
+        self.packed_f16 && !norm && decoders.iter().all(|d| d.contains_key("E2M1"))
     }
 
     fn pipeline(
@@ -1138,6 +1159,9 @@ impl Ops {
             if folds.norm.is_some() {
                 d.insert("NORM".into(), String::new());
             }
+            if self.takes_packed_f16(&[&d], folds.norm.is_some()) {
+                d.insert("PACKED_F16".into(), String::new());
+            }
             None
         };
         if folds.residual.is_some() {
@@ -1327,7 +1351,14 @@ impl Ops {
         mode: Multi,
         flags: MultiFlags,
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
-        let mut d = self.product_defines(matches!(mode, Multi::Glu(_)));
+        let glu = matches!(mode, Multi::Glu(_));
+        let mut d = self.product_defines(glu);
+        if glu && self.takes_packed_f16(&decoders.iter().collect::<Vec<_>>(), flags.norm) {
+            // The kernel (common.wgsl: f16 on) and each weight's decoder (its half parts).
+            for dec in decoders.iter_mut().chain([&mut d]) {
+                dec.insert("PACKED_F16".into(), String::new());
+            }
+        }
         let mut flag = |f: &str| d.insert(f.into(), String::new());
         match mode {
             Multi::Split => {

@@ -153,6 +153,10 @@ pub fn decoder_defines(dtype: DType, scale_dtype: Option<DType>) -> Option<Defin
         // One scale per part and no offset: the products apply it once per part (unit.wgsl).
         d.insert("SCALED_PARTS".into(), String::new());
     }
+    if matches!(dtype, DType::MXFP4 | DType::MlxMxfp4 | DType::HfMxfp4) {
+        // E2M1 codes: the decode products may take them in packed f16 (PACKED_F16).
+        d.insert("E2M1".into(), String::new());
+    }
     Some(d)
 }
 

@@ -60,6 +60,25 @@ fn load_scaled_part(row: u32, u: u32, j: u32, cols: u32) -> ScaledPart {
     );
 #endif
 }
+
+#ifdef PACKED_F16
+fn load_half_part(row: u32, u: u32, j: u32, cols: u32) -> HalfPart {
+    let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
+    return HalfPart(e2m1_halves(w0_word(b + 1u + 4u * j)), e8m0(w0_byte(b)) * 4.0);
+}
+
+// The part's x values (a: the low nibbles' values, b: the high nibbles') paired as
+// load_half_part pairs the weights: nibbles n and n + 4 of the word are the same nibble of
+// bytes n / 2 and n / 2 + 2.
+fn x_halves(a: vec4<f32>, b: vec4<f32>) -> array<vec2<f16>, 4> {
+    return array<vec2<f16>, 4>(
+        vec2<f16>(a.xz),
+        vec2<f16>(b.xz),
+        vec2<f16>(a.yw),
+        vec2<f16>(b.yw),
+    );
+}
+#endif
 #else
 fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
     let b = (row * (cols / 32u) + u) * BLOCK_BYTES;

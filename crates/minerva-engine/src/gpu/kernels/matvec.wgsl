@@ -11,6 +11,8 @@
 // DOT_I8 (Q4_0 and Q8_0 weights) reads x as quantize_x.wgsl wrote it, two int8 terms per part
 // (about 15 bits, any norm applied), and takes integer dot products (unit.wgsl, common.wgsl); it
 // goes without NORM and NORM_OUT.
+// PACKED_F16 (E2M1 weights): each part's products and their sums in packed f16 (HalfPart,
+// common.wgsl, through unit.wgsl's part_dot), the part's sum and everything after it in f32.
 #include "common.wgsl"
 #include DECODER
 

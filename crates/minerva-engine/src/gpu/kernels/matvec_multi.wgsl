@@ -10,7 +10,9 @@
 // matrices of expert ids[z] (its x vector z / x_div, its output row z · y_stride, its biases
 // ids[z] · bias_stride on); a workgroup whose expert lives in another part of the weights does
 // nothing, as in matvec.wgsl. Layout as matvec.wgsl: RPW rows per workgroup of WG threads, the
-// lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it).
+// lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it);
+// PACKED_F16 (GLU, both weights E2M1): the parts' products in packed f16 (HalfPart,
+// common.wgsl, through unit.wgsl's part_dot).
 struct Params {
     rows0: u32,
     rows1: u32,

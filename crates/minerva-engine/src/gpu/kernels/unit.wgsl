@@ -25,10 +25,18 @@ fn part_dot(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
     return dot_i8_part(row, u, j, cols, x) * x.scale;
 }
 #else
+#ifdef PACKED_F16
+// E2M1 weights against x in packed f16 (HalfPart, common.wgsl).
+fn part_dot(row: u32, u: u32, j: u32, cols: u32, x: XPart) -> f32 {
+    let w = load_half_part(row, u, j, cols);
+    return dot_halves(w.vals, x_halves(x.a, x.b)) * w.mult;
+}
+#else
 fn part_dot(row: u32, u: u32, j: u32, cols: u32, x: XPart) -> f32 {
     let w = load_scaled_part(row, u, j, cols);
     return (dot(w.vals[0], x.a) + dot(w.vals[1], x.b)) * w.mult;
 }
+#endif
 #endif
 
 // The unit's vec4 indices that part j holds.
