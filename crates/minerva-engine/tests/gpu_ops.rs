@@ -329,23 +329,6 @@ fn attention_case(
     then: usize,
     rope: Option<CaseRope>,
 ) {
-    attention_steps(ctx, shape, f16, sinks, total, first, then, rope, false);
-}
-
-/// `attention_case`, with single-query steps through `decode_fused` where `fused` (its RoPE, if
-/// any, and cache write in the same dispatch).
-#[allow(clippy::too_many_arguments)]
-fn attention_steps(
-    ctx: &Arc<GpuContext>,
-    shape: AttnShape,
-    f16: bool,
-    sinks: Option<Vec<f32>>,
-    total: usize,
-    first: usize,
-    then: usize,
-    rope: Option<CaseRope>,
-    fused: bool,
-) {
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(13 + total as u64);
     let (h_n, kv_n, d) = (
@@ -376,8 +359,7 @@ fn attention_steps(
     let scratch = ctx.storage("scratch", scratch_len * 4);
     let counters = ctx.storage("counters", shape.kv_heads as u64 * 4);
     let what = format!(
-        "attention fused={fused} f16={f16} heads={h_n}/{kv_n}x{d} window={} cache={} sinks={} \
-         rope={}",
+        "attention f16={f16} heads={h_n}/{kv_n}x{d} window={} cache={} sinks={} rope={}",
         shape.window,
         shape.cache_len,
         sinks.is_some(),
@@ -416,63 +398,53 @@ fn attention_steps(
             ctx.storage_with("k", &k[ks.clone()]),
             ctx.storage_with("v", &v[ks.clone()]),
         );
-        let rotary = rope.map(|r| Rotary {
-            freq: &freq_buf,
-            rot_dim: r.rot as u32,
-            halves: r.halves,
-            mscale: r.mscale,
-        });
-        if fused && n == 1 {
-            let one = ops
-                .decode_fused(
-                    &shape,
-                    &cache,
-                    &qb,
-                    &kb,
-                    &vb,
-                    rotary.as_ref(),
-                    &ob,
-                    1,
-                    sink_buf.as_ref().map(|b| Region::new(b, 0, 0)),
-                    &step_buf,
-                )
-                .unwrap();
-            run(ctx, &[&one]);
-        } else {
-            let write = match &rotary {
-                Some(r) => ops.rope_write(&shape, &cache, &qb, &kb, &vb, r, &step_buf, n as u32),
-                None => ops.write_kv(
-                    &shape,
-                    &cache,
-                    Region::new(&sb, 0, 0),
-                    Region::new(&sb, (n * kv_n * d) as u32, 0),
-                    &step_buf,
-                    n as u32,
-                ),
-            }
-            .unwrap();
-            let att = ops
-                .attention(
-                    &shape,
-                    &cache,
-                    &qb,
-                    0,
-                    &ob,
-                    1,
-                    &scratch,
-                    &counters,
-                    sink_buf.as_ref().map(|b| Region::new(b, 0, 0)),
-                    &step_buf,
-                    n as u32,
-                )
-                .unwrap();
-            let one = (n == 1 && shape.one_pass(1)) || shape.tiled(n as u32);
-            let want_dispatches = if one { 1 } else { 2 };
-            assert_eq!(att.len(), want_dispatches, "{what}: attention dispatches");
-            let mut list = vec![&write];
-            list.extend(&att);
-            run(ctx, &list);
+        let write = match rope {
+            Some(r) => ops.rope_write(
+                &shape,
+                &cache,
+                &qb,
+                &kb,
+                &vb,
+                &Rotary {
+                    freq: &freq_buf,
+                    rot_dim: r.rot as u32,
+                    halves: r.halves,
+                    mscale: r.mscale,
+                },
+                &step_buf,
+                n as u32,
+            ),
+            None => ops.write_kv(
+                &shape,
+                &cache,
+                Region::new(&sb, 0, 0),
+                Region::new(&sb, (n * kv_n * d) as u32, 0),
+                &step_buf,
+                n as u32,
+            ),
         }
+        .unwrap();
+        let att = ops
+            .attention(
+                &shape,
+                &cache,
+                &qb,
+                0,
+                &ob,
+                1,
+                &scratch,
+                &counters,
+                sink_buf.as_ref().map(|b| Region::new(b, 0, 0)),
+                &step_buf,
+                n as u32,
+            )
+            .unwrap();
+        let one = (n == 1 && shape.one_pass(1)) || shape.tiled(n as u32);
+        let want_dispatches = if one { 1 } else { 2 };
+        assert_eq!(att.len(), want_dispatches, "{what}: attention dispatches");
+        let mut list = vec![&write];
+        list.extend(&att);
+        run(ctx, &list);
         let step_q = match rope {
             Some(r) => {
                 let (mut want_q, mut want_k) = (q[qs.clone()].to_vec(), k[ks.clone()].to_vec());
@@ -817,78 +789,6 @@ fn decode_attention_window_and_sinks_in_a_ring() {
         let many = attn_shape(64, 1, 16, 41, 40);
         let sinks64: Vec<f32> = (0..64).map(|h| 1.0 - h as f32 * 0.05).collect();
         attention_case(&ctx, many, true, Some(sinks64), 70, 20, 1, None);
-    }
-}
-
-/// The device with and without subgroups, and with at most 256 threads per workgroup (the
-/// fused decode's smaller workgroup, several keys per thread).
-fn fused_variants() -> Vec<Arc<GpuContext>> {
-    let Some(small) = device() else {
-        return Vec::new();
-    };
-    let mut small = small;
-    small.caps.max_invocations = small.caps.max_invocations.min(256);
-    let mut all = with_and_without_subgroups();
-    all.push(Arc::new(small));
-    all
-}
-
-#[test]
-fn decode_fused_attention_with_rope_and_cache_write() {
-    let adjacent = Some(CaseRope {
-        rot: 64,
-        halves: false,
-        mscale: 1.0,
-    });
-    let halves = |rot| {
-        Some(CaseRope {
-            rot,
-            halves: true,
-            mscale: 1.1,
-        })
-    };
-    let sinks = |n: usize| Some((0..n).map(|h| 0.6 - 0.3 * h as f32).collect::<Vec<f32>>());
-    for ctx in fused_variants() {
-        let ops = Ops::new(ctx.clone());
-        // tinyllama's layout (8 query heads per KV head of 64 values), f16, from position 0.
-        let tiny = attn_shape(24, 3, 64, 1100, 0);
-        let most = ops.fused_keys(&tiny, true) as usize;
-        assert!(
-            most >= 128,
-            "{}: fused decode takes {most} keys",
-            ctx.describe()
-        );
-        attention_steps(&ctx, tiny, true, None, 19, 1, 1, adjacent, true);
-        // The same up to the most keys it takes: a prompt, then single steps to the limit.
-        attention_steps(&ctx, tiny, true, None, most, most - 3, 1, adjacent, true);
-        // 4 query heads per KV head of 128 values, part of each turned (halves), sinks, f32
-        // cache, a window of 50 over a cache of 69 (a 20-token prompt's) that wraps while
-        // decoding.
-        let wide = attn_shape(8, 2, 128, 69, 50);
-        attention_steps(&ctx, wide, false, sinks(8), 120, 20, 1, halves(96), true);
-        // One query head per KV head, sinks, no RoPE, f16, window shorter than the context.
-        let single = attn_shape(3, 3, 64, 40, 33);
-        attention_steps(&ctx, single, true, sinks(3), 45, 2, 1, None, true);
-        // gpt-oss's layout (8 query heads per KV head of 64 values, sinks, window 128) and 8
-        // query heads of 128 values near the limit, both cache types.
-        let oss = attn_shape(16, 2, 64, 129, 128);
-        attention_steps(&ctx, oss, true, sinks(16), 140, 125, 1, halves(64), true);
-        for f16 in [true, false] {
-            let big = attn_shape(16, 2, 128, 1100, 0);
-            let most = ops.fused_keys(&big, f16) as usize;
-            assert!(most >= 128, "{}: {most} keys of 8 × 128", ctx.describe());
-            attention_steps(
-                &ctx,
-                big,
-                f16,
-                sinks(16),
-                most,
-                most - 2,
-                1,
-                halves(128),
-                true,
-            );
-        }
     }
 }
 

@@ -104,21 +104,6 @@ struct QkRope {
     at: usize,
 }
 
-/// The operands of one attention call, as `attention_dispatches` builds them.
-struct AttnCall {
-    q: BufId,
-    k: BufId,
-    v: BufId,
-    kv: KvId,
-    out: BufId,
-    n: usize,
-    shape: AttnShape,
-    /// The sinks' vector (buffer, offset).
-    sinks: Option<(u32, u32)>,
-    /// The RoPE of q and k taken over from the dispatch before.
-    rope: Option<QkRope>,
-}
-
 /// Scratch buffers that grow on demand; growing drops the recorded dispatches that bind them.
 #[derive(Default)]
 struct Scratch {
@@ -442,70 +427,6 @@ impl GpuBackend {
             self.scratch.bufs.insert(name, b);
         }
         &self.scratch.bufs[name]
-    }
-
-    /// The dispatches of one attention call: `decode_fused` alone, or the cache write (with the
-    /// RoPE when the call took it over) and the attention kernels.
-    fn attention_dispatches(&self, a: &AttnCall, fused: bool) -> Result<Vec<Dispatch>> {
-        let Some(Some(c)) = self.kvs.get(a.kv.0 as usize) else {
-            return Err(bad(format!("unknown KV cache {}", a.kv.0)));
-        };
-        let rotary = a.rope.map(|r| Rotary {
-            freq: self.vector_buf(r.freq),
-            rot_dim: r.rope.dim as u32,
-            halves: r.rope.style == RopeStyle::Halves,
-            mscale: r.rope.attention_factor,
-        });
-        let sinks = a
-            .sinks
-            .map(|(wid, off)| Region::new(self.vector_buf(wid), off, 0));
-        let (q, k, v) = (
-            &self.buf(a.q)?.buf,
-            &self.buf(a.k)?.buf,
-            &self.buf(a.v)?.buf,
-        );
-        if fused {
-            return Ok(vec![self.ops.decode_fused(
-                &a.shape,
-                &c.cache,
-                q,
-                k,
-                v,
-                rotary.as_ref(),
-                &self.buf(a.out)?.buf,
-                0,
-                sinks,
-                &self.step,
-            )?]);
-        }
-        let write = match &rotary {
-            Some(r) => self
-                .ops
-                .rope_write(&a.shape, &c.cache, q, k, v, r, &self.step, a.n as u32)?,
-            None => self.ops.write_kv(
-                &a.shape,
-                &c.cache,
-                Region::new(k, 0, 0),
-                Region::new(v, 0, 0),
-                &self.step,
-                a.n as u32,
-            )?,
-        };
-        let mut d = vec![write];
-        d.extend(self.ops.attention(
-            &a.shape,
-            &c.cache,
-            q,
-            0,
-            &self.buf(a.out)?.buf,
-            0,
-            self.src(Src::Scratch("attention"))?,
-            self.src(Src::Scratch("counters"))?,
-            sinks,
-            &self.step,
-            a.n as u32,
-        )?);
-        Ok(d)
     }
 
     fn sel(&self, m: &MatView) -> MatSel {
@@ -1228,51 +1149,66 @@ impl Backend for GpuBackend {
             }
             _ => None,
         };
-        // One query over at most the keys `decode_fused` takes: that one dispatch (with the
-        // RoPE, if any) where the cache write and the split attention would be two. The choice
-        // depends on the position, so it is part of the key.
-        let keys = match p.window {
-            Some(w) if w > 0 => (p.pos + 1).min(w),
-            _ => p.pos + 1,
-        };
-        let fused_keys = self.ops.fused_keys(&shape, self.kv_f16) as usize;
-        let fusable = p.n == 1 && q != k && v != q && v != k && fused_keys > 0;
-        let fused = fusable && keys <= fused_keys;
-        let call = AttnCall {
+        // Everything but the position, which the step uniform carries.
+        let key = key!(
+            "attention",
             q,
             k,
             v,
             kv,
             out,
-            n: p.n,
+            p.n,
             shape,
-            sinks,
-            rope,
-        };
-        // Everything but the position, which the step uniform carries.
-        let key_of = |fused: bool| {
-            key!(
-                "attention",
-                q,
-                k,
-                v,
-                kv,
-                out,
-                p.n,
-                shape,
-                p.sinks,
-                p.scale,
-                rope.map(|r| r.rope),
-                fused
-            )
-        };
-        self.record(key_of(fused), |s| s.attention_dispatches(&call, fused))?;
-        // A layer whose keys outgrow the fused kernel later: its split kernels are built now, at
-        // load's throwaway step, not while decoding.
-        if fused && shape.keys() as usize > fused_keys {
-            self.prepare(key_of(false), |s| s.attention_dispatches(&call, false))?;
-        }
-        Ok(())
+            p.sinks,
+            p.scale,
+            rope.map(|r| r.rope)
+        );
+        self.record(key, |s| {
+            let Some(Some(c)) = s.kvs.get(kv.0 as usize) else {
+                return Err(bad(format!("unknown KV cache {}", kv.0)));
+            };
+            let write = match rope {
+                Some(r) => s.ops.rope_write(
+                    &shape,
+                    &c.cache,
+                    &s.buf(q)?.buf,
+                    &s.buf(k)?.buf,
+                    &s.buf(v)?.buf,
+                    &Rotary {
+                        freq: s.vector_buf(r.freq),
+                        rot_dim: r.rope.dim as u32,
+                        halves: r.rope.style == RopeStyle::Halves,
+                        mscale: r.rope.attention_factor,
+                    },
+                    &s.step,
+                    p.n as u32,
+                )?,
+                None => s.ops.write_kv(
+                    &shape,
+                    &c.cache,
+                    Region::new(&s.buf(k)?.buf, 0, 0),
+                    Region::new(&s.buf(v)?.buf, 0, 0),
+                    &s.step,
+                    p.n as u32,
+                )?,
+            };
+            let sinks = sinks.map(|(wid, off)| Region::new(s.vector_buf(wid), off, 0));
+            let mut d = vec![write];
+            d.extend(s.ops.attention(
+                &shape,
+                &c.cache,
+                &s.buf(q)?.buf,
+                0,
+                &s.buf(out)?.buf,
+                0,
+                s.src(Src::Scratch("attention"))?,
+                s.src(Src::Scratch("counters"))?,
+                sinks,
+                &s.step,
+                p.n as u32,
+            )?);
+            Ok(d)
+        })
     }
 
     fn glu(&mut self, gate: BufId, up: BufId, out: BufId, n: usize, act: Activation) -> Result<()> {

@@ -32,8 +32,6 @@ pub struct Capabilities {
     pub max_binding: u64,
     pub max_buffer: u64,
     pub max_workgroup_storage: u32,
-    /// Threads one workgroup may have (along x).
-    pub max_invocations: u32,
     /// Dense prefill products run on matrix cores (`matmul_coop.wgsl`): the adapter offers
     /// 16×16×16 subgroup matrices with f16 inputs and f32 results, f16, and subgroups of exactly
     /// `COOP_SUBGROUP` lanes; the options leave them on.
@@ -165,9 +163,6 @@ impl GpuContext {
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             max_workgroup_storage: limits.max_compute_workgroup_storage_size,
-            max_invocations: limits
-                .max_compute_invocations_per_workgroup
-                .min(limits.max_compute_workgroup_size_x),
             matrix_cores,
             packed_f16: features.contains(wgpu::Features::SHADER_F16) && packed_f16_wanted(opts),
         };

@@ -613,20 +613,6 @@ const DECODE_COEFS: u32 = 2048;
 const DECODE_QMAX: u32 = 2048;
 const DECODE_GMAX: u32 = 64;
 const DECODE_DMAX: u32 = 256;
-/// Decode attention in one workgroup per KV head (`decode_fused`): the most keys it takes, the
-/// first of these whose weights (query heads × keys) fit the adapter's workgroup memory; head_dim
-/// at most FUSED_DMAX (a thread holds its keys' rows); FUSED_WG threads, or FUSED_WG_SMALL where
-/// the adapter allows fewer, with the query heads of FUSED_HEAD_VALUES / threads per value thread.
-const FUSED_KEYS: [u32; 4] = [1024, 512, 256, 128];
-const FUSED_DMAX: u32 = 256;
-const FUSED_WG: u32 = 512;
-const FUSED_WG_SMALL: u32 = 256;
-const FUSED_HEAD_VALUES: u32 = 2048;
-/// Value partials (f32) the fused decode's threads leave for the last sum at most: rows of value
-/// threads past them stay idle.
-const FUSED_PARTIALS: u32 = 4096;
-/// Registers (u32) of key rows a thread may hold while q and k turn: more and the rows load after.
-const FUSED_EARLY_WORDS: u32 = 64;
 /// Prefill attention in tiles (`attend_tiled`): TILE_ROWS (query, query head) rows per
 /// workgroup, head_dim at most TILE_DMAX (its workgroup memory holds the rows and a block of
 /// keys of that size).
@@ -667,7 +653,7 @@ pub struct AttnShape {
 
 impl AttnShape {
     /// Keys a query may attend to, at most.
-    pub fn keys(&self) -> u32 {
+    fn keys(&self) -> u32 {
         if self.window == 0 {
             self.cache_len
         } else {
@@ -723,24 +709,6 @@ impl AttnShape {
     pub fn scratch_len(&self, tokens: u32) -> u64 {
         tokens as u64 * self.heads as u64 * self.splits(tokens) as u64 * (self.head_dim as u64 + 2)
     }
-}
-
-/// How `decode_fused` runs for one shape on this adapter.
-#[derive(Debug, Clone, Copy)]
-struct FusedPlan {
-    threads: u32,
-    /// Keys it takes at most.
-    keys: u32,
-    /// Query heads per value thread.
-    heads_per_thread: u32,
-    /// Neighbouring lanes whose value sums reduce by subgroup shuffles.
-    lanes: u32,
-    /// Rows of value threads (each lanes × units), whose sums reduce in workgroup memory.
-    rows: u32,
-    /// Value rows per thread whose loads are in flight together.
-    rows_in_flight: u32,
-    /// Whether the key rows load before q and k turn.
-    early: bool,
 }
 
 /// The rotary embedding that `Ops::rope_write` applies: `rot_dim / 2` frequencies in `freq`,
@@ -2200,133 +2168,6 @@ impl Ops {
         }
         let c = self.dispatch(combine, &entries, [shape.heads, tokens, 1]);
         Ok(vec![a, c])
-    }
-
-    /// Keys that `decode_fused` takes at most for `shape` on this adapter; 0 where it does not
-    /// run (head_dim not a multiple of 8 or too large, too little workgroup memory or threads).
-    pub fn fused_keys(&self, shape: &AttnShape, f16: bool) -> u32 {
-        self.fused_plan(shape, f16).map_or(0, |p| p.keys)
-    }
-
-    fn fused_plan(&self, s: &AttnShape, f16: bool) -> Option<FusedPlan> {
-        let caps = &self.ctx.caps;
-        if s.kv_heads == 0 || !s.head_dim.is_multiple_of(8) || s.head_dim > FUSED_DMAX {
-            return None;
-        }
-        let threads = [FUSED_WG, FUSED_WG_SMALL]
-            .into_iter()
-            .find(|&t| t <= caps.max_invocations)?;
-        let (group, d8) = (s.group(), s.head_dim / 8);
-        let g2 = group.next_power_of_two();
-        let heads_per_thread = g2.min(FUSED_HEAD_VALUES / threads);
-        let lanes = if caps.subgroups && caps.subgroup_min >= 4 {
-            4
-        } else {
-            1
-        };
-        let units = g2 / heads_per_thread * d8;
-        if units * lanes > threads {
-            return None;
-        }
-        let per_row = units * heads_per_thread * 8;
-        let rows = (threads / (units * lanes))
-            .min(FUSED_PARTIALS / per_row)
-            .max(1);
-        let partials = rows * per_row;
-        // q, this position's key and value, Σ weights per (row, head), the maxima.
-        let fixed = group * s.head_dim + 2 * s.head_dim + rows * g2 + group;
-        let keys = FUSED_KEYS.into_iter().find(|&k| {
-            4 * (fixed + (group * k).max(partials)) as u64 <= caps.max_workgroup_storage as u64
-        })?;
-        let words = if f16 { 4 } else { 8 };
-        Some(FusedPlan {
-            threads,
-            keys,
-            heads_per_thread,
-            lanes,
-            rows,
-            rows_in_flight: if f16 { 8 } else { 4 },
-            early: keys.div_ceil(threads) * d8 * words <= FUSED_EARLY_WORDS,
-        })
-    }
-
-    /// Attention of one query (q [heads, head_dim], k and v [kv_heads, head_dim], each from
-    /// offset 0) at the step's position over the cache, in one dispatch with one workgroup per
-    /// KV head: q and k turned in place first with `rotary` (as `rope_write`; none without), k
-    /// and v stored in the cache. The position's keys (window) must number at most
-    /// `fused_keys(shape)`, which must not be 0.
-    #[allow(clippy::too_many_arguments)]
-    pub fn decode_fused(
-        &self,
-        shape: &AttnShape,
-        cache: &KvCache,
-        q: &wgpu::Buffer,
-        k: &wgpu::Buffer,
-        v: &wgpu::Buffer,
-        rotary: Option<&Rotary>,
-        out: &wgpu::Buffer,
-        out_offset: u32,
-        sinks: Option<Region>,
-        step: &wgpu::Buffer,
-    ) -> GpuResult<Dispatch> {
-        let Some(plan) = self.fused_plan(shape, cache.f16) else {
-            return Err(GpuError::Validation(format!(
-                "decode_fused: no variant for {} heads over {} KV heads of {}",
-                shape.heads, shape.kv_heads, shape.head_dim
-            )));
-        };
-        if rotary.is_some_and(|r| r.rot_dim > shape.head_dim || !r.rot_dim.is_multiple_of(2)) {
-            return Err(GpuError::Validation(
-                "decode_fused: rotated dims past the head".into(),
-            ));
-        }
-        let mut d = self.attn_defines(cache, sinks.is_some());
-        let group = shape.group();
-        for (name, value) in [
-            ("FUSED", String::new()),
-            ("FUS_WG", format!("{}u", plan.threads)),
-            ("FUS_GQ", format!("{group}u")),
-            ("FUS_G2", format!("{}u", group.next_power_of_two())),
-            ("FUS_D8", format!("{}u", shape.head_dim / 8)),
-            ("FUS_NK", format!("{}u", plan.keys)),
-            ("FUS_HPT", format!("{}u", plan.heads_per_thread)),
-            ("FUS_RL", format!("{}u", plan.lanes)),
-            ("FUS_RH", format!("{}u", plan.rows)),
-            ("FUS_VB", format!("{}u", plan.rows_in_flight)),
-            ("FUS_EARLY", plan.early.to_string()),
-        ] {
-            d.insert(name.into(), value);
-        }
-        if self.ctx.caps.subgroups {
-            d.insert("SUBGROUPS".into(), String::new());
-        }
-        let pipe = self.pipeline("attention.wgsl", &d, "decode_fused")?;
-        let offsets = AttnOffsets {
-            out: out_offset,
-            sinks: sinks.map(|r| r.offset).unwrap_or(0),
-            ..AttnOffsets::default()
-        };
-        let ub = self.ctx.uniform(
-            "decode params",
-            &self.attn_params(shape, 1, offsets, rotary),
-        );
-        // Without a rotation no frequency is read, but the binding must hold a buffer.
-        let freq = rotary.map_or(v, |r| r.freq);
-        let mut entries = vec![
-            (0, &ub),
-            (1, step),
-            (16, &cache.k),
-            (17, &cache.v),
-            (8, v),
-            (11, q),
-            (12, k),
-            (13, freq),
-            (6, out),
-        ];
-        if let Some(s) = sinks {
-            entries.push((7, s.buf));
-        }
-        Ok(self.dispatch(pipe, &entries, [shape.kv_heads, 1, 1]))
     }
 
     fn attn_defines(&self, cache: &KvCache, sinks: bool) -> Defines {
