@@ -9,7 +9,7 @@ use gpu_common::*;
 use minerva_engine::gpu::ops::MATMUL_TOKENS;
 use minerva_engine::gpu::{
     moe_max_tiles, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext, GpuWeight, MatSel,
-    MatmulTile, Multi, NextNorm, NormFold, Ops, Region,
+    MatmulTile, Multi, NormFold, Ops, Region,
 };
 use minerva_formats::{dequantize_rows, DType, TensorData, TensorView};
 use std::sync::Arc;
@@ -1470,7 +1470,6 @@ fn products_fold_the_norm_and_the_residual_add() {
                     norm,
                     residual: Some(&rb),
                     normed: None,
-                    next_norm: None,
                 },
             )
             .unwrap();
@@ -1482,60 +1481,6 @@ fn products_fold_the_norm_and_the_residual_add() {
         let with_resid: Vec<f32> = (0..rows).map(|r| resid0[r] + want[r]).collect();
         let mag_resid: Vec<f32> = (0..rows).map(|r| mag[r] + resid0[r].abs()).collect();
         assert_dots_close("residual stream", &resid, &with_resid, &mag_resid, 2e-5);
-
-        // The same, then the RMSNorm of the updated residual by the last workgroup (weights from
-        // offset 1 of g), twice over: the workgroup counter must be back at zero after each.
-        let nb = ctx.storage("next norm", (rows * 4) as u64);
-        let d = ops
-            .matvec(
-                &ws[0],
-                &MatSel::whole(&ws[0]),
-                Region::new(&xb, 0, cols as u32),
-                Region::new(&yb, 0, rows as u32),
-                1,
-                None,
-                None,
-                Folds {
-                    norm,
-                    residual: Some(&rb),
-                    normed: None,
-                    next_norm: Some(NextNorm {
-                        weights: NormFold {
-                            buf: &gb,
-                            offset: 1,
-                            eps,
-                        },
-                        out: &nb,
-                    }),
-                },
-            )
-            .unwrap();
-        assert_eq!(d.len(), 1, "the next norm takes no dispatch of its own");
-        for round in 0..2 {
-            let before = ctx.read_f32(&rb, 0, rows).unwrap();
-            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
-            let after = ctx.read_f32(&rb, 0, rows).unwrap();
-            let added: Vec<f32> = (0..rows).map(|r| before[r] + want[r]).collect();
-            let mag_added: Vec<f32> = (0..rows).map(|r| mag[r] + before[r].abs()).collect();
-            assert_dots_close(
-                &format!("residual, round {round}"),
-                &after,
-                &added,
-                &mag_added,
-                2e-5,
-            );
-            let ms = after.iter().map(|v| (v * v) as f64).sum::<f64>() / rows as f64;
-            let inv = 1.0 / (ms + eps as f64).sqrt();
-            let want_next: Vec<f32> = (0..rows)
-                .map(|r| (after[r] as f64 * inv * g[1 + r] as f64) as f32)
-                .collect();
-            assert_close(
-                &format!("next norm, round {round}"),
-                &ctx.read_f32(&nb, 0, rows).unwrap(),
-                &want_next,
-                1e-5,
-            );
-        }
 
         // The same product also writing the norm's output (the MoE router's fold): 45 rows over
         // 12 workgroups (the 11 whole ones write it), and the first 3 rows, fewer than one
@@ -1559,7 +1504,6 @@ fn products_fold_the_norm_and_the_residual_add() {
                         norm,
                         residual: None,
                         normed: Some(&hb),
-                        next_norm: None,
                     },
                 )
                 .unwrap();
@@ -1972,7 +1916,6 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                     }),
                     residual: Some(&rb),
                     normed: None,
-                    next_norm: None,
                 };
                 let xr = Region::new(&xb, 3, cols as u32);
                 let yr = Region::new(&yb, 0, rows as u32);

@@ -8,7 +8,7 @@ use super::context::{GpuContext, GpuOptions, PendingRead};
 use super::error::{GpuError, GpuResult};
 use super::ops::{
     moe_max_tiles, select_scratch_len, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds,
-    KvCache, MatSel, Multi, NextNorm, NormFold, Ops, Region, Rotary, Step,
+    KvCache, MatSel, Multi, NormFold, Ops, Region, Rotary, Step,
 };
 use super::pipelines::Dispatch;
 use super::weights::GpuWeight;
@@ -91,15 +91,6 @@ struct LastCombine {
     at: usize,
 }
 
-/// The last op recorded, when it was a decode product adding its results into `acc` (the
-/// residual stream): an RMSNorm of the whole of `acc` right after it becomes part of it
-/// (`Folds::next_norm`).
-#[derive(Clone, Copy)]
-struct ResidualProduct {
-    product: LastProduct,
-    acc: BufId,
-}
-
 /// A recorded RoPE of q and k together: buffers, parameters, the frequencies' vector, position,
 /// rows, and the pending length after its dispatch.
 #[derive(Clone, Copy)]
@@ -148,7 +139,6 @@ pub struct GpuBackend {
     products: Option<Products>,
     last_product: Option<LastProduct>,
     last_combine: Option<LastCombine>,
-    last_residual: Option<ResidualProduct>,
     deferred: Option<Deferred>,
     ids: wgpu::Buffer,
     ids_len: usize,
@@ -196,7 +186,6 @@ impl GpuBackend {
             products: None,
             last_product: None,
             last_combine: None,
-            last_residual: None,
             deferred: None,
             ids,
             ids_len: 64,
@@ -242,7 +231,6 @@ impl GpuBackend {
         self.products = None;
         self.last_product = None;
         self.last_combine = None;
-        self.last_residual = None;
     }
 
     /// Dispatches the deferred norm, if any, where it was recorded.
@@ -288,9 +276,6 @@ impl GpuBackend {
         }
         if let Some(c) = &mut self.last_combine {
             shift(&mut c.at);
-        }
-        if let Some(r) = &mut self.last_residual {
-            shift(&mut r.product.at);
         }
         Ok(())
     }
@@ -457,13 +442,11 @@ impl GpuBackend {
 
     /// Records `out = x · Wᵀ + b` over `n` rows, x and out given as (buffer id, scratch name).
     fn linear(&mut self, x: Src, lin: &Linear, out: Src, n: usize) -> Result<()> {
-        self.linear_folded(x, lin, out, n, None, None, None)
+        self.linear_folded(x, lin, out, n, None, None)
     }
 
     /// `linear`, where a decode product may fold in a deferred norm of x (x is then the norm's
-    /// output; the product reads its input), add its results into `residual`, and then write
-    /// `next_norm`, the norm of the updated residual (`Folds::next_norm`).
-    #[allow(clippy::too_many_arguments)]
+    /// output; the product reads its input) and add its results into `residual`.
     fn linear_folded(
         &mut self,
         x: Src,
@@ -472,7 +455,6 @@ impl GpuBackend {
         n: usize,
         norm: Option<Deferred>,
         residual: Option<BufId>,
-        next_norm: Option<Deferred>,
     ) -> Result<()> {
         let bias = match &lin.bias {
             Some(b) => Some(self.vector(b)?),
@@ -487,10 +469,7 @@ impl GpuBackend {
             norm.map(|d| d.x),
             norm.map(|d| d.weight),
             norm.map(|d| d.eps),
-            residual,
-            next_norm.map(|d| d.out),
-            next_norm.map(|d| d.weight),
-            next_norm.map(|d| d.eps)
+            residual
         );
         let sel = self.sel(&lin.w);
         self.record(key, |s| {
@@ -514,13 +493,6 @@ impl GpuBackend {
                     None => None,
                 },
                 normed: None,
-                next_norm: match next_norm {
-                    Some(d) => Some(NextNorm {
-                        weights: s.norm_fold(&d),
-                        out: &s.buf(d.out)?.buf,
-                    }),
-                    None => None,
-                },
             };
             Ok(if n == 1 {
                 s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?
@@ -916,45 +888,6 @@ impl Backend for GpuBackend {
                         eps,
                     )?])
                 });
-            }
-        }
-        // Right after the decode product that added into x, over all of x: its last workgroup
-        // writes the norm (no dispatch of its own, nothing left to fold into the next product).
-        if let Some(rp) = self.last_residual {
-            let lp = rp.product;
-            let whole = lp.lin.out_dim() == cols && self.weight(lp.lin.w.weight)?.parts.len() == 1;
-            if rp.acc == x && lp.at == self.pending.len() && n == 1 && group == cols && whole {
-                let reads_out = lp.x == out || lp.norm.is_some_and(|d| d.x == out);
-                if x != out && !reads_out {
-                    self.pending.truncate(self.pending.len() - lp.count);
-                    // The product's own output is dead once the norm overwrites it (a model's
-                    // `h = o(att); x += h; h = norm(x)`): it goes to scratch, so that no
-                    // workgroup's late store to it races the last one's norm.
-                    let product_out = if lp.out == out {
-                        self.scratch("product before a norm", (cols * 4) as u64);
-                        Src::Scratch("product before a norm")
-                    } else {
-                        Src::Buf(lp.out)
-                    };
-                    let next = Deferred {
-                        x,
-                        out,
-                        weight,
-                        wid,
-                        woff,
-                        eps,
-                        at: self.pending.len(),
-                    };
-                    return self.linear_folded(
-                        Src::Buf(lp.x),
-                        &lp.lin,
-                        product_out,
-                        1,
-                        lp.norm,
-                        Some(x),
-                        Some(next),
-                    );
-                }
             }
         }
         // One row over whole rows: the decode products that read `out` fold it in instead.
@@ -1643,25 +1576,14 @@ impl Backend for GpuBackend {
             let reads_acc = lp.x == acc || lp.norm.is_some_and(|d| d.x == acc);
             if lp.out == x && lp.at == self.pending.len() && n == 1 && !reads_acc {
                 self.pending.truncate(self.pending.len() - lp.count);
-                let before = self.pending.len();
-                self.linear_folded(
+                return self.linear_folded(
                     Src::Buf(lp.x),
                     &lp.lin,
                     Src::Buf(lp.out),
                     1,
                     lp.norm,
                     Some(acc),
-                    None,
-                )?;
-                self.last_residual = Some(ResidualProduct {
-                    product: LastProduct {
-                        count: self.pending.len() - before,
-                        at: self.pending.len(),
-                        ..lp
-                    },
-                    acc,
-                });
-                return Ok(());
+                );
             }
         }
         self.record(key!("add", acc, x, n), |s| {
@@ -1816,7 +1738,7 @@ impl GpuBackend {
         norm: Option<Deferred>,
     ) -> Result<()> {
         let before = self.pending.len();
-        self.linear_folded(Src::Buf(x), lin, Src::Buf(out), n, norm, None, None)?;
+        self.linear_folded(Src::Buf(x), lin, Src::Buf(out), n, norm, None)?;
         if n == 1 {
             self.last_product = Some(LastProduct {
                 x,
@@ -1855,7 +1777,6 @@ impl GpuBackend {
                 norm: Some(s.norm_fold(&d)),
                 residual: None,
                 normed: Some(&s.buf(x)?.buf),
-                next_norm: None,
             };
             let w = s.weight(router.w.weight)?;
             Ok(s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?)

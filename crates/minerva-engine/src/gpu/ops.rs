@@ -224,23 +224,11 @@ pub struct NormFold<'a> {
 /// Work folded into a decode product: an RMSNorm of its input, and adding its results into a
 /// residual stream (`residual[i] += y[i]`, y still written). With a norm, `normed` also receives
 /// the norm's output itself (one vector, from element 0), for later products that read it whole.
-/// With a residual, `next_norm` also normalizes the updated residual row (which the product's
-/// outputs must cover whole) into a buffer: the norm that follows the product, with no
-/// dispatch of its own.
 #[derive(Clone, Copy, Default)]
 pub struct Folds<'a> {
     pub norm: Option<NormFold<'a>>,
     pub residual: Option<&'a wgpu::Buffer>,
     pub normed: Option<&'a wgpu::Buffer>,
-    pub next_norm: Option<NextNorm<'a>>,
-}
-
-/// The RMSNorm after a product that adds into the residual stream (`Folds::next_norm`): its
-/// weights, and the buffer that receives its output (from element 0).
-#[derive(Clone, Copy)]
-pub struct NextNorm<'a> {
-    pub weights: NormFold<'a>,
-    pub out: &'a wgpu::Buffer,
 }
 
 /// The dispatch of one weight part: outputs j_lo..j_hi read stored rows from `row_base` of it.
@@ -350,8 +338,7 @@ struct MatvecParams {
     norm_offset: u32,
     eps: f32,
     xq_scales: u32,
-    next_offset: u32,
-    next_eps: f32,
+    _pad: [u32; 2],
 }
 
 #[repr(C)]
@@ -815,9 +802,6 @@ pub struct Ops {
     scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
     /// Decode products of E2M1 weights in packed f16 (`Capabilities::packed_f16`).
     packed_f16: bool,
-    /// The counter of finished workgroups that products folding the next norm share (zero
-    /// between dispatches: their last workgroup resets it).
-    groups_done: wgpu::Buffer,
 }
 
 /// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
@@ -858,7 +842,6 @@ impl Ops {
             int8_products: ctx.int8_products,
             int8_min_outputs: INT8_MIN_OUTPUTS,
             scratch: Mutex::new(HashMap::new()),
-            groups_done: ctx.storage("groups done", 16),
             ctx,
         }
     }
@@ -1162,23 +1145,6 @@ impl Ops {
             }
             d.insert("NORM_OUT".into(), String::new());
         }
-        if folds.next_norm.is_some() {
-            // The last workgroup reads the whole residual row: one dispatch, one vector (the
-            // caller gives the product that writes all of the row).
-            if folds.residual.is_none()
-                || batch != 1
-                || experts.is_some()
-                || w.ranges(sel).len() != 1
-            {
-                return Err(GpuError::Unsupported {
-                    tensor: w.name.clone(),
-                    reason: "the next norm folded into a product that does not add one whole \
-                             residual row in one dispatch"
-                        .into(),
-                });
-            }
-            d.insert("NEXT_NORM".into(), String::new());
-        }
         let pipe = self.pipeline("matvec.wgsl", &d, "main")?;
         let mrows = w.matrix_rows(sel.input_major);
         // Stored rows per matrix (parts hold whole matrices when used with experts).
@@ -1220,8 +1186,7 @@ impl Ops {
                 norm_offset: folds.norm.map(|n| n.offset).unwrap_or(0),
                 eps: folds.norm.map(|n| n.eps).unwrap_or(0.0),
                 xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
-                next_offset: folds.next_norm.map(|n| n.weights.offset).unwrap_or(0),
-                next_eps: folds.next_norm.map(|n| n.weights.eps).unwrap_or(0.0),
+                _pad: [0; 2],
             };
             let ub = self.ctx.uniform("matvec params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = part
@@ -1246,9 +1211,6 @@ impl Ops {
             }
             if let Some(h) = folds.normed {
                 entries.push((10, h));
-            }
-            if let Some(n) = &folds.next_norm {
-                entries.extend([(11, n.weights.buf), (12, n.out), (13, &self.groups_done)]);
             }
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, batch]));
         }

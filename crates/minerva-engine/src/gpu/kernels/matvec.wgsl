@@ -8,9 +8,6 @@
 // the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
 // product; RESIDUAL also adds each result into `resid` (the residual stream); NORM_OUT (with
 // NORM, one vector) also writes the norm's output into `normed`, for products that read it next.
-// NEXT_NORM (with RESIDUAL, one vector, rows = the whole residual row) also writes the RMSNorm of
-// the updated residual into `next_out`: the last workgroup to finish (a counter) reads it whole,
-// so the norm that follows the product needs no dispatch of its own.
 // DOT_I8 (Q4_0 and Q8_0 weights) reads x as quantize_x.wgsl wrote it, two int8 terms per part
 // (about 15 bits, any norm applied), and takes integer dot products (unit.wgsl, common.wgsl); it
 // goes without NORM and NORM_OUT.
@@ -38,8 +35,8 @@ struct Params {
     norm_offset: u32,   // NORM: where the norm's weights start in norm_w
     eps: f32,           // NORM
     xq_scales: u32,     // DOT_I8: where the records' scales start in xq (vec4s)
-    next_offset: u32,   // NEXT_NORM: where the next norm's weights start in next_w
-    next_eps: f32,      // NEXT_NORM
+    _pad1: u32,
+    _pad2: u32,
 }
 
 #ifdef DOT_I8
@@ -59,19 +56,7 @@ struct Params {
 @group(0) @binding(8) var<storage, read> norm_w: array<vec4<f32>>;
 #endif
 #ifdef RESIDUAL
-#ifdef NEXT_NORM
-// Read whole by the last workgroup (NEXT_NORM): written and read as atomics, which every
-// workgroup sees at the device's coherence point, not through its own L1.
-@group(0) @binding(9) var<storage, read_write> resid: array<atomic<u32>>;
-#else
 @group(0) @binding(9) var<storage, read_write> resid: array<f32>;
-#endif
-#endif
-#ifdef NEXT_NORM
-@group(0) @binding(11) var<storage, read> next_w: array<f32>;
-@group(0) @binding(12) var<storage, read_write> next_out: array<f32>;
-@group(0) @binding(13) var<storage, read_write> groups_done: array<atomic<u32>>;
-var<workgroup> last_group: u32;
 #endif
 #ifdef NORM_OUT
 @group(0) @binding(10) var<storage, read_write> normed: array<f32>;
@@ -170,90 +155,8 @@ fn main(
             let o = p.y_offset + z * p.y_stride + row + r;
             y[o] = total;
 #ifdef RESIDUAL
-#ifdef NEXT_NORM
-            atomicStore(&resid[o], bitcast<u32>(bitcast<f32>(atomicLoad(&resid[o])) + total));
-#else
             resid[o] += total;
 #endif
-#endif
         }
-    }
-#ifdef NEXT_NORM
-    next_norm(wid.x + wid.y * p.groups_x, lid, sg_size, sg_lane);
-#endif
-}
-
-#ifdef NEXT_NORM
-// Σ of v over the workgroup, in every thread. Called from uniform control flow.
-fn workgroup_total(v: f32, lid: u32, sg_size: u32, sg_lane: u32) -> f32 {
-    workgroupBarrier();
-#ifdef SUBGROUPS
-    let s = subgroupAdd(v);
-    if (sg_lane == 0u) {
-        partial[lid / sg_size] = vec4<f32>(s, 0.0, 0.0, 0.0);
-    }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < WG / sg_size; i++) {
-        total += partial[i].x;
-    }
-    return total;
-#else
-    partial[lid] = vec4<f32>(v, 0.0, 0.0, 0.0);
-    workgroupBarrier();
-    for (var step = WG / 2u; step > 0u; step >>= 1u) {
-        if (lid < step) {
-            partial[lid] += partial[lid + step];
-        }
-        workgroupBarrier();
-    }
-    return partial[0].x;
-#endif
-}
-
-// After workgroup `group` has added its rows into the residual: the last of the workgroups
-// holding rows normalizes the whole residual row into next_out and resets the counter.
-fn next_norm(group: u32, lid: u32, sg_size: u32, sg_lane: u32) {
-    let groups = (p.rows + RPW * RPL - 1u) / (RPW * RPL);
-    storageBarrier();
-    if (lid == 0u) {
-        var last = false;
-        if (group < groups) {
-            last = atomicAdd(&groups_done[0], 1u) + 1u == groups;
-            if (last) {
-                atomicStore(&groups_done[0], 0u);
-            }
-        }
-        last_group = select(0u, 1u, last);
-    }
-    if (workgroupUniformLoad(&last_group) == 0u) {
-        return;
-    }
-    const PER: u32 = 16u;
-    var v: array<f32, PER>;
-    var sq = 0.0;
-    for (var k = 0u; k < PER; k++) {
-        let c = lid + WG * k;
-        v[k] = 0.0;
-        if (c < p.rows) {
-            v[k] = bitcast<f32>(atomicLoad(&resid[p.y_offset + c]));
-        }
-        sq += v[k] * v[k];
-    }
-    for (var c = lid + WG * PER; c < p.rows; c += WG) {
-        let t = bitcast<f32>(atomicLoad(&resid[p.y_offset + c]));
-        sq += t * t;
-    }
-    let inv = inverseSqrt(workgroup_total(sq, lid, sg_size, sg_lane) / f32(p.rows) + p.next_eps);
-    for (var k = 0u; k < PER; k++) {
-        let c = lid + WG * k;
-        if (c < p.rows) {
-            next_out[c] = v[k] * inv * next_w[p.next_offset + c];
-        }
-    }
-    for (var c = lid + WG * PER; c < p.rows; c += WG) {
-        let t = bitcast<f32>(atomicLoad(&resid[p.y_offset + c]));
-        next_out[c] = t * inv * next_w[p.next_offset + c];
     }
 }
-#endif
