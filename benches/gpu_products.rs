@@ -166,7 +166,7 @@ fn products(c: &mut Criterion) {
             "MXFP4 {rows}x{cols} rows per lane 2 packed f16 {}",
             ops.packed_f16()
         );
-        time_dispatch(c, &ctx, &name, &d[0]);
+        time_dispatch(c, &ctx, &name, &d);
     }
 
     // tinyllama's gate/up/SiLU product with the RMSNorm folded in, as decode runs it.
