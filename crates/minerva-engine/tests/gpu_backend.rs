@@ -34,7 +34,8 @@ fn backend_with(opts: &GpuOptions) -> Option<GpuBackend> {
 fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
     // Dispatches per decode token of the 2-layer fixtures: the embedding; per llama layer 7 —
     // q/k/v product (the norm folded in), RoPE with the cache write, attention, output product
-    // (adding into the residual stream), the norm, gate/up/act product, down product (adding
+    // (adding into the residual stream), the norm (with Q4_0/Q8_0 gate and up weights, the
+    // quantization of x to int8, which applies it), gate/up/act product, down product (adding
     // into the residual); then the final norm (folded into the output product, and
     // dispatched as well when the step is read back), the output product and argmax. gpt-oss
     // layers: q/k/v with biases 1, RoPE + write 1, attention 1, output product 1, router (with

@@ -1228,7 +1228,7 @@ impl Backend for GpuBackend {
                 let (wg, wu) = (items[0].0, items[1].0);
                 let (gw, uw) = (self.weight(wg)?, self.weight(wu)?);
                 if gw.rows == uw.rows {
-                    let int8 = self.ops.dot_i8(&[gw, uw], true, gw.rows as u32);
+                    let int8 = self.ops.glu_takes_int8(&[gw, uw], norm.is_some());
                     self.pending.truncate(at - count);
                     // Without int8 x the norm is dispatched on its own instead of folded in:
                     // folded, its weights and x² cost this product more than the norm's own

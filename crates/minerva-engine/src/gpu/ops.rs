@@ -889,6 +889,16 @@ impl Ops {
             && (!one_x || weights.iter().all(|w| w.dtype == weights[0].dtype))
     }
 
+    /// Whether a gate/up/activation product over `weights` (folding a norm of its input with
+    /// `norm`) takes int8 x: as `dot_i8` for its outputs, or at any size when it folds a norm,
+    /// since the quantizing dispatch then applies the norm in place of the norm's own dispatch
+    /// that an f32 product of this kind runs before it (entry 43); so its int8 products cost no
+    /// extra dispatch (benches/GPU.md, entry 52).
+    pub fn glu_takes_int8(&self, weights: &[&GpuWeight], norm: bool) -> bool {
+        let rows = weights.first().map_or(0, |w| w.rows as u32);
+        self.dot_i8(weights, true, if norm { u32::MAX } else { rows })
+    }
+
     /// Sets whether decode products of E2M1 weights multiply in packed f16 where the adapter
     /// offers f16 (else in f32, as exact contexts do), for measuring or checking both.
     pub fn set_packed_f16(&mut self, on: bool) {
@@ -1255,7 +1265,11 @@ impl Ops {
         } else {
             weights.iter().map(|w| w.rows as u32).sum()
         };
-        let int8 = self.dot_i8(weights, glu, rows);
+        let int8 = if glu {
+            self.glu_takes_int8(weights, norm.is_some())
+        } else {
+            self.dot_i8(weights, false, rows)
+        };
         let cols = weights[0].cols as u32;
         let quantized = if int8 {
             Some(self.quantize_x(x, cols, 1, norm)?)
