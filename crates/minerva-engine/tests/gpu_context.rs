@@ -5,6 +5,7 @@ mod gpu_common;
 use gpu_common::*;
 use minerva_engine::gpu::pipelines::Pipelines;
 use minerva_engine::gpu::shader::defines;
+use minerva_engine::gpu::weights::decoder_defines;
 use minerva_engine::gpu::{GpuContext, GpuError, GpuOptions, GpuWeight};
 use minerva_formats::{DType, TensorData, TensorView};
 
@@ -101,10 +102,7 @@ fn pipelines_built_ahead_keep_their_errors_to_themselves() {
         other => panic!("expected a validation error, got {:?}", other.map(|_| ())),
     }
     // A good kernel built ahead is the one later handed out.
-    let good = defines(&[
-        ("DECODER", "blocks_ggml.wgsl".into()),
-        ("DT_Q4_0", String::new()),
-    ]);
+    let good = decoder_defines(DType::Q4_0, None).expect("Q4_0 has a decoder");
     pipelines.prepare(&ctx, "embed.wgsl", &good, &[], "main");
     assert_eq!(pipelines.len(), 1);
     let a = pipelines.get(&ctx, "embed.wgsl", &good, "main").unwrap();
