@@ -1,8 +1,9 @@
 //! GPU activation kernels against plain CPU versions on random data of awkward sizes: RMSNorm,
 //! RoPE (both layouts), add / SwiGLU / gpt-oss GLU, attention over the KV cache (GQA, causal,
 //! sliding window, sinks, f16 and f32 caches, several key chunks, a wrapping window cache, RoPE
-//! fused into the cache write, one-dispatch decode), MoE routing (ties, k = E, many tokens) and
-//! combining, argmax and top-k over one or many workgroups.
+//! fused into the cache write, one-dispatch decode, RoPE and the cache write folded into
+//! decode), MoE routing (ties, k = E, many tokens) and combining, argmax and top-k over one or
+//! many workgroups.
 
 mod gpu_common;
 
@@ -307,7 +308,7 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect()
 }
 
-/// The RoPE an attention case applies in the cache write (`Ops::rope_write`).
+/// The RoPE an attention case applies in the cache write (`Ops::rope_write`, `Ops::decode_rope`).
 #[derive(Clone, Copy)]
 struct CaseRope {
     rot: usize,
@@ -500,8 +501,18 @@ fn attention_steps(
             let slot = pos % shape.cache_len as usize;
             let (got_k, got_v) = read_cache_row(ctx, &cache, slot, row);
             let want_k = rounded(&keys[ks.clone()]);
-            assert_close(&format!("{what}: cached key at {pos}"), &got_k, &want_k, 0.0);
-            assert_close(&format!("{what}: cached value at {pos}"), &got_v, &vr[ks.clone()], 0.0);
+            assert_close(
+                &format!("{what}: cached key at {pos}"),
+                &got_k,
+                &want_k,
+                0.0,
+            );
+            assert_close(
+                &format!("{what}: cached value at {pos}"),
+                &got_v,
+                &vr[ks.clone()],
+                0.0,
+            );
         }
         let got = ctx.read_f32(&ob, 1, n * h_n * d).unwrap();
         let want = cpu_attention(&step_q, &rounded(&keys), &vr, pos, &shape, sinks.as_deref());
@@ -871,7 +882,17 @@ fn decode_attention_with_rope_and_cache_write_folded_in() {
         // tinyllama's layout (8 query heads per KV head of 64 values), adjacent pairs, f16, every
         // step folded from position 0 (1 to 40 keys: one split, then two).
         let tiny = attn_shape(16, 2, 64, 200, 0);
-        attention_steps(&ctx, tiny, true, None, 40, 1, 1, case_rope(64, false, 1.0), true);
+        attention_steps(
+            &ctx,
+            tiny,
+            true,
+            None,
+            40,
+            1,
+            1,
+            case_rope(64, false, 1.0),
+            true,
+        );
         // 4 query heads per KV head of 128 values, 96 of them turned (halves), YaRN's factor,
         // sinks, f32 cache, a window of 50 over a cache of 51 that wraps while decoding.
         let wide = attn_shape(8, 2, 128, 51, 50);
@@ -894,7 +915,17 @@ fn decode_attention_with_rope_and_cache_write_folded_in() {
     let Some(ctx) = shared() else { return };
     let long = attn_shape(4, 1, 64, 2200, 0);
     assert_eq!(long.splits(1), 64);
-    attention_steps(&ctx, long, true, sinks(4), 2110, 2107, 1, case_rope(64, true, 1.0), true);
+    attention_steps(
+        &ctx,
+        long,
+        true,
+        sinks(4),
+        2110,
+        2107,
+        1,
+        case_rope(64, true, 1.0),
+        true,
+    );
 }
 
 #[test]

@@ -1164,10 +1164,7 @@ impl Backend for GpuBackend {
             p.scale,
             rope.map(|r| r.rope)
         );
-        let fold = rope.is_some_and(|r| {
-            self.ops
-                .folds_rope(&shape, r.rope.dim as u32, p.n as u32)
-        });
+        let fold = rope.is_some_and(|r| self.ops.folds_rope(&shape, r.rope.dim as u32, p.n as u32));
         self.record(key, |s| {
             let Some(Some(c)) = s.kvs.get(kv.0 as usize) else {
                 return Err(bad(format!("unknown KV cache {}", kv.0)));

@@ -713,8 +713,9 @@ impl AttnShape {
     }
 }
 
-/// The rotary embedding that `Ops::rope_write` applies: `rot_dim / 2` frequencies in `freq`,
-/// pairs (i, i + rot_dim / 2) with `halves`, else (2i, 2i + 1), turned values times `mscale`.
+/// The rotary embedding that `Ops::rope_write` and `Ops::decode_rope` apply: `rot_dim / 2`
+/// frequencies in `freq`, pairs (i, i + rot_dim / 2) with `halves`, else (2i, 2i + 1), turned
+/// values times `mscale`.
 #[derive(Clone, Copy)]
 pub struct Rotary<'a> {
     pub freq: &'a wgpu::Buffer,
