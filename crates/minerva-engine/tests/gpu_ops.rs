@@ -1,8 +1,9 @@
 //! GPU activation kernels against plain CPU versions on random data of awkward sizes: RMSNorm,
 //! RoPE (both layouts), add / SwiGLU / gpt-oss GLU, attention over the KV cache (GQA, causal,
 //! sliding window, sinks, f16 and f32 caches, several key chunks, a wrapping window cache, RoPE
-//! fused into the cache write, one-dispatch decode), MoE routing (ties, k = E, many tokens) and
-//! combining, argmax and top-k over one or many workgroups.
+//! fused into the cache write, one-dispatch decode, RoPE and the cache write folded into
+//! decode), MoE routing (ties, k = E, many tokens) and combining, argmax and top-k over one or
+//! many workgroups.
 
 mod gpu_common;
 
@@ -307,7 +308,7 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect()
 }
 
-/// The RoPE an attention case applies in the cache write (`Ops::rope_write`).
+/// The RoPE an attention case applies in the cache write (`Ops::rope_write`, `Ops::decode_rope`).
 #[derive(Clone, Copy)]
 struct CaseRope {
     rot: usize,
@@ -328,6 +329,23 @@ fn attention_case(
     first: usize,
     then: usize,
     rope: Option<CaseRope>,
+) {
+    attention_steps(ctx, shape, f16, sinks, total, first, then, rope, false);
+}
+
+/// `attention_case`, with single-query steps through `decode_rope` where `fold` (the RoPE and
+/// the cache write in the attention's dispatch; the cache slot written is checked too).
+#[allow(clippy::too_many_arguments)]
+fn attention_steps(
+    ctx: &Arc<GpuContext>,
+    shape: AttnShape,
+    f16: bool,
+    sinks: Option<Vec<f32>>,
+    total: usize,
+    first: usize,
+    then: usize,
+    rope: Option<CaseRope>,
+    fold: bool,
 ) {
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(13 + total as u64);
@@ -359,7 +377,8 @@ fn attention_case(
     let scratch = ctx.storage("scratch", scratch_len * 4);
     let counters = ctx.storage("counters", shape.kv_heads as u64 * 4);
     let what = format!(
-        "attention f16={f16} heads={h_n}/{kv_n}x{d} window={} cache={} sinks={} rope={}",
+        "attention fold={fold} f16={f16} heads={h_n}/{kv_n}x{d} window={} cache={} sinks={} \
+         rope={}",
         shape.window,
         shape.cache_len,
         sinks.is_some(),
@@ -398,53 +417,67 @@ fn attention_case(
             ctx.storage_with("k", &k[ks.clone()]),
             ctx.storage_with("v", &v[ks.clone()]),
         );
-        let write = match rope {
-            Some(r) => ops.rope_write(
-                &shape,
-                &cache,
-                &qb,
-                &kb,
-                &vb,
-                &Rotary {
-                    freq: &freq_buf,
-                    rot_dim: r.rot as u32,
-                    halves: r.halves,
-                    mscale: r.mscale,
-                },
-                &step_buf,
-                n as u32,
-            ),
-            None => ops.write_kv(
-                &shape,
-                &cache,
-                Region::new(&sb, 0, 0),
-                Region::new(&sb, (n * kv_n * d) as u32, 0),
-                &step_buf,
-                n as u32,
-            ),
-        }
-        .unwrap();
-        let att = ops
-            .attention(
-                &shape,
-                &cache,
-                &qb,
-                0,
-                &ob,
-                1,
-                &scratch,
-                &counters,
-                sink_buf.as_ref().map(|b| Region::new(b, 0, 0)),
-                &step_buf,
-                n as u32,
-            )
+        let rotary = rope.map(|r| Rotary {
+            freq: &freq_buf,
+            rot_dim: r.rot as u32,
+            halves: r.halves,
+            mscale: r.mscale,
+        });
+        let folded = match &rotary {
+            Some(r) if fold && n == 1 => Some(r),
+            _ => None,
+        };
+        if let Some(r) = folded {
+            assert!(ops.folds_rope(&shape, r.rot_dim, 1), "{what}: folds");
+            let one = ops
+                .decode_rope(
+                    &shape,
+                    &cache,
+                    [&qb, &kb, &vb],
+                    r,
+                    Region::new(&ob, 1, 0),
+                    &scratch,
+                    &counters,
+                    sink_buf.as_ref().map(|b| Region::new(b, 0, 0)),
+                    &step_buf,
+                )
+                .unwrap();
+            run(ctx, &[&one]);
+        } else {
+            let write = match &rotary {
+                Some(r) => ops.rope_write(&shape, &cache, &qb, &kb, &vb, r, &step_buf, n as u32),
+                None => ops.write_kv(
+                    &shape,
+                    &cache,
+                    Region::new(&sb, 0, 0),
+                    Region::new(&sb, (n * kv_n * d) as u32, 0),
+                    &step_buf,
+                    n as u32,
+                ),
+            }
             .unwrap();
-        let one = (n == 1 && shape.one_pass(1)) || shape.tiled(n as u32);
-        let want_dispatches = if one { 1 } else { 2 };
-        assert_eq!(att.len(), want_dispatches, "{what}: attention dispatches");
-        let mut list = vec![&write];
-        list.extend(&att);
-        run(ctx, &list);
+            let att = ops
+                .attention(
+                    &shape,
+                    &cache,
+                    &qb,
+                    0,
+                    &ob,
+                    1,
+                    &scratch,
+                    &counters,
+                    sink_buf.as_ref().map(|b| Region::new(b, 0, 0)),
+                    &step_buf,
+                    n as u32,
+                )
+                .unwrap();
+            let one = (n == 1 && shape.one_pass(1)) || shape.tiled(n as u32);
+            let want_dispatches = if one { 1 } else { 2 };
+            assert_eq!(att.len(), want_dispatches, "{what}: attention dispatches");
+            let mut list = vec![&write];
+            list.extend(&att);
+            run(ctx, &list);
+        }
         let step_q = match rope {
             Some(r) => {
                 let (mut want_q, mut want_k) = (q[qs.clone()].to_vec(), k[ks.clone()].to_vec());
@@ -462,6 +495,25 @@ fn attention_case(
                 q[qs.clone()].to_vec()
             }
         };
+        if folded.is_some() {
+            // The step's slot holds its turned key and its value, as the cache stores them.
+            let row = kv_n * d;
+            let slot = pos % shape.cache_len as usize;
+            let (got_k, got_v) = read_cache_row(ctx, &cache, slot, row);
+            let want_k = rounded(&keys[ks.clone()]);
+            assert_close(
+                &format!("{what}: cached key at {pos}"),
+                &got_k,
+                &want_k,
+                0.0,
+            );
+            assert_close(
+                &format!("{what}: cached value at {pos}"),
+                &got_v,
+                &vr[ks.clone()],
+                0.0,
+            );
+        }
         let got = ctx.read_f32(&ob, 1, n * h_n * d).unwrap();
         let want = cpu_attention(&step_q, &rounded(&keys), &vr, pos, &shape, sinks.as_deref());
         assert_close(&format!("{what} at position {pos}"), &got, &want, 2e-4);
@@ -470,6 +522,27 @@ fn attention_case(
         assert!(left.iter().all(|&c| c == 0), "{what}: counters {left:?}");
         pos += n;
     }
+}
+
+/// Cache slot `slot`'s keys and values (`row` values each) as f32.
+fn read_cache_row(
+    ctx: &GpuContext,
+    cache: &KvCache,
+    slot: usize,
+    row: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let read = |b: &wgpu::Buffer| {
+        if !cache.f16 {
+            return ctx.read_f32(b, slot * row, row).unwrap();
+        }
+        let words = ctx.read_u32(b, slot * row / 2, row / 2).unwrap();
+        words
+            .iter()
+            .flat_map(|w| [*w as u16, (*w >> 16) as u16])
+            .map(|h| half::f16::from_bits(h).to_f32())
+            .collect()
+    };
+    (read(&cache.k), read(&cache.v))
 }
 
 #[test]
@@ -790,6 +863,69 @@ fn decode_attention_window_and_sinks_in_a_ring() {
         let sinks64: Vec<f32> = (0..64).map(|h| 1.0 - h as f32 * 0.05).collect();
         attention_case(&ctx, many, true, Some(sinks64), 70, 20, 1, None);
     }
+}
+
+/// A rotation of `rot` dims per head (halves: NeoX / Hugging Face pairs, else adjacent pairs
+/// as GGUF llama), its turned values times `mscale` (YaRN's attention factor).
+fn case_rope(rot: usize, halves: bool, mscale: f32) -> Option<CaseRope> {
+    Some(CaseRope {
+        rot,
+        halves,
+        mscale,
+    })
+}
+
+#[test]
+fn decode_attention_with_rope_and_cache_write_folded_in() {
+    let sinks = |n: usize| Some((0..n).map(|h| 0.6 - 0.3 * h as f32).collect::<Vec<f32>>());
+    for ctx in with_and_without_subgroups() {
+        // tinyllama's layout (8 query heads per KV head of 64 values), adjacent pairs, f16, every
+        // step folded from position 0 (1 to 40 keys: one split, then two).
+        let tiny = attn_shape(16, 2, 64, 200, 0);
+        attention_steps(
+            &ctx,
+            tiny,
+            true,
+            None,
+            40,
+            1,
+            1,
+            case_rope(64, false, 1.0),
+            true,
+        );
+        // 4 query heads per KV head of 128 values, 96 of them turned (halves), YaRN's factor,
+        // sinks, f32 cache, a window of 50 over a cache of 51 that wraps while decoding.
+        let wide = attn_shape(8, 2, 128, 51, 50);
+        let yarn = case_rope(96, true, 1.1);
+        attention_steps(&ctx, wide, false, sinks(8), 120, 20, 1, yarn, true);
+        // One query head per KV head, 32 of 64 dims turned in adjacent pairs, sinks, f16, a
+        // window of 33 over a cache of 34 that wraps.
+        let single = attn_shape(3, 3, 64, 34, 33);
+        let part = case_rope(32, false, 1.0);
+        attention_steps(&ctx, single, true, sinks(3), 45, 2, 1, part, true);
+        // gpt-oss's layout: 8 query heads per KV head of 64 values, sinks, halves, a window of
+        // 128 over a cache of 129; both cache types.
+        let oss = attn_shape(16, 2, 64, 129, 128);
+        for f16 in [true, false] {
+            let halves = case_rope(64, true, 1.0);
+            attention_steps(&ctx, oss, f16, sinks(16), 140, 125, 1, halves, true);
+        }
+    }
+    // Positions past 2,000 (angles reduced before sin and cos) over 64 splits of 33 keys.
+    let Some(ctx) = shared() else { return };
+    let long = attn_shape(4, 1, 64, 2200, 0);
+    assert_eq!(long.splits(1), 64);
+    attention_steps(
+        &ctx,
+        long,
+        true,
+        sinks(4),
+        2110,
+        2107,
+        1,
+        case_rope(64, true, 1.0),
+        true,
+    );
 }
 
 #[test]

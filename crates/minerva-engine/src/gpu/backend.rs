@@ -1132,7 +1132,8 @@ impl Backend for GpuBackend {
         self.step_users = true;
         self.scratch("attention", shape.scratch_len(p.n as u32) * 4);
         self.scratch("counters", shape.kv_heads as u64 * 4);
-        // Right after the RoPE of exactly these q and k: that dispatch also writes the cache.
+        // Right after the RoPE of exactly these q and k: that dispatch also writes the cache, or
+        // for one query the decode attention does both (q and k turned as the RoPE leaves them).
         let rope = match self.last_qk_rope.take() {
             Some(r)
                 if r.q == q
@@ -1163,23 +1164,39 @@ impl Backend for GpuBackend {
             p.scale,
             rope.map(|r| r.rope)
         );
+        let fold = rope.is_some_and(|r| self.ops.folds_rope(&shape, r.rope.dim as u32, p.n as u32));
         self.record(key, |s| {
             let Some(Some(c)) = s.kvs.get(kv.0 as usize) else {
                 return Err(bad(format!("unknown KV cache {}", kv.0)));
             };
-            let write = match rope {
+            let rotary = rope.map(|r| Rotary {
+                freq: s.vector_buf(r.freq),
+                rot_dim: r.rope.dim as u32,
+                halves: r.rope.style == RopeStyle::Halves,
+                mscale: r.rope.attention_factor,
+            });
+            let sinks = sinks.map(|(wid, off)| Region::new(s.vector_buf(wid), off, 0));
+            if let (true, Some(r)) = (fold, &rotary) {
+                return Ok(vec![s.ops.decode_rope(
+                    &shape,
+                    &c.cache,
+                    [&s.buf(q)?.buf, &s.buf(k)?.buf, &s.buf(v)?.buf],
+                    r,
+                    Region::new(&s.buf(out)?.buf, 0, 0),
+                    s.src(Src::Scratch("attention"))?,
+                    s.src(Src::Scratch("counters"))?,
+                    sinks,
+                    &s.step,
+                )?]);
+            }
+            let write = match &rotary {
                 Some(r) => s.ops.rope_write(
                     &shape,
                     &c.cache,
                     &s.buf(q)?.buf,
                     &s.buf(k)?.buf,
                     &s.buf(v)?.buf,
-                    &Rotary {
-                        freq: s.vector_buf(r.freq),
-                        rot_dim: r.rope.dim as u32,
-                        halves: r.rope.style == RopeStyle::Halves,
-                        mscale: r.rope.attention_factor,
-                    },
+                    r,
                     &s.step,
                     p.n as u32,
                 )?,
@@ -1192,7 +1209,6 @@ impl Backend for GpuBackend {
                     p.n as u32,
                 )?,
             };
-            let sinks = sinks.map(|(wid, off)| Region::new(s.vector_buf(wid), off, 0));
             let mut d = vec![write];
             d.extend(s.ops.attention(
                 &shape,

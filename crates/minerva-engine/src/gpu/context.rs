@@ -32,6 +32,8 @@ pub struct Capabilities {
     pub max_binding: u64,
     pub max_buffer: u64,
     pub max_workgroup_storage: u32,
+    /// Storage buffers one kernel may bind.
+    pub max_storage_buffers: u32,
     /// Dense prefill products run on matrix cores (`matmul_coop.wgsl`): the adapter offers
     /// 16×16×16 subgroup matrices with f16 inputs and f32 results, f16, and subgroups of exactly
     /// `COOP_SUBGROUP` lanes; the options leave them on.
@@ -163,6 +165,7 @@ impl GpuContext {
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             max_workgroup_storage: limits.max_compute_workgroup_storage_size,
+            max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
             matrix_cores,
             packed_f16: features.contains(wgpu::Features::SHADER_F16) && packed_f16_wanted(opts),
         };

@@ -613,6 +613,8 @@ const DECODE_COEFS: u32 = 2048;
 const DECODE_QMAX: u32 = 2048;
 const DECODE_GMAX: u32 = 64;
 const DECODE_DMAX: u32 = 256;
+/// Storage buffers `decode` binds with the RoPE and the cache write folded in (sinks included).
+const DECODE_ROPE_BUFFERS: u32 = 10;
 /// Prefill attention in tiles (`attend_tiled`): TILE_ROWS (query, query head) rows per
 /// workgroup, head_dim at most TILE_DMAX (its workgroup memory holds the rows and a block of
 /// keys of that size).
@@ -711,8 +713,9 @@ impl AttnShape {
     }
 }
 
-/// The rotary embedding that `Ops::rope_write` applies: `rot_dim / 2` frequencies in `freq`,
-/// pairs (i, i + rot_dim / 2) with `halves`, else (2i, 2i + 1), turned values times `mscale`.
+/// The rotary embedding that `Ops::rope_write` and `Ops::decode_rope` apply: `rot_dim / 2`
+/// frequencies in `freq`, pairs (i, i + rot_dim / 2) with `halves`, else (2i, 2i + 1), turned
+/// values times `mscale`.
 #[derive(Clone, Copy)]
 pub struct Rotary<'a> {
     pub freq: &'a wgpu::Buffer,
@@ -2182,6 +2185,72 @@ impl Ops {
         }
         let c = self.dispatch(combine, &entries, [shape.heads, tokens, 1]);
         Ok(vec![a, c])
+    }
+
+    /// Whether `decode_rope` takes one query of `shape` turned by `rot_dim` dims: the shapes
+    /// `decode` takes, on adapters that let it bind all its buffers.
+    pub fn folds_rope(&self, shape: &AttnShape, rot_dim: u32, tokens: u32) -> bool {
+        shape.one_pass(tokens)
+            && rot_dim <= shape.head_dim
+            && rot_dim.is_multiple_of(2)
+            && self.ctx.caps.max_storage_buffers >= DECODE_ROPE_BUFFERS
+    }
+
+    /// Decode attention of one query with `rope_write`'s work folded in (`folds_rope`): q
+    /// [heads, head_dim] and k [kv_heads, head_dim] unturned from offset 0 of their buffers,
+    /// and v; every split turns q as it loads it, the split holding the step's key turns k and
+    /// stores it with v at the step's slot; q and k are left turned in place, as `rope_write`
+    /// leaves them. `scratch` and `counters` as `attention`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode_rope(
+        &self,
+        shape: &AttnShape,
+        cache: &KvCache,
+        qkv: [&wgpu::Buffer; 3],
+        rotary: &Rotary,
+        out: Region,
+        scratch: &wgpu::Buffer,
+        counters: &wgpu::Buffer,
+        sinks: Option<Region>,
+        step: &wgpu::Buffer,
+    ) -> GpuResult<Dispatch> {
+        if !self.folds_rope(shape, rotary.rot_dim, 1) {
+            return Err(GpuError::Validation(format!(
+                "decode_rope: {} rotated dims of {} heads of {} over {} KV heads",
+                rotary.rot_dim, shape.heads, shape.head_dim, shape.kv_heads
+            )));
+        }
+        let mut d = self.decode_defines(shape, self.attn_defines(cache, sinks.is_some()));
+        d.insert("DEC_ROPE".into(), String::new());
+        let pipe = self.pipeline("attention.wgsl", &d, "decode")?;
+        let offsets = AttnOffsets {
+            out: out.offset,
+            sinks: sinks.map(|r| r.offset).unwrap_or(0),
+            ..AttnOffsets::default()
+        };
+        let ub = self.ctx.uniform(
+            "decode+rope params",
+            &self.attn_params(shape, 1, offsets, Some(rotary)),
+        );
+        let [q, k, v] = qkv;
+        let mut entries = vec![
+            (0, &ub),
+            (1, step),
+            (14, &cache.k),
+            (15, &cache.v),
+            (11, q),
+            (12, k),
+            (8, v),
+            (13, rotary.freq),
+            (6, out.buf),
+            (9, scratch),
+            (10, counters),
+        ];
+        if let Some(s) = sinks {
+            entries.push((7, s.buf));
+        }
+        let groups = [shape.splits(1), shape.kv_heads, 1];
+        Ok(self.dispatch(pipe, &entries, groups))
     }
 
     fn attn_defines(&self, cache: &KvCache, sinks: bool) -> Defines {

@@ -14,7 +14,9 @@
 //               that KV head (keys read once for the group) over its share of the keys; the last
 //               workgroup of the KV head to finish merges the splits as combine does. Built per
 //               shape (DEC_GQ heads per KV head, DEC_D8 octets per head), head_dim a multiple
-//               of 8.
+//               of 8. With DEC_ROPE it also does rope_write's work for its one query: q and k
+//               arrive unturned, every split turns q as it loads it, and the split holding the
+//               step's own key turns k and stores it with v at the step's slot.
 //   attend_tiled  several queries (head_dim ≤ TD): workgroup (row tile, KV head) takes TR rows
 //               (query, query head of the KV head) and walks their keys TB at a time, each block
 //               of keys and values staged in workgroup memory once for all TR rows, with a
@@ -345,10 +347,16 @@ const CB: u32 = 32u / OPT;
 const QS: u32 = 2u * D8 + 1u;
 const PS: u32 = RUN + 1u;
 
-// The caches as octets: one vec4 of f16 pairs, or two vec4 of f32.
+// The caches as octets: one vec4 of f16 pairs, or two vec4 of f32. DEC_ROPE writes the step's
+// slot.
 #ifdef KV_F32
+#ifdef DEC_ROPE
+@group(0) @binding(14) var<storage, read_write> kc8: array<vec4<f32>>;
+@group(0) @binding(15) var<storage, read_write> vc8: array<vec4<f32>>;
+#else
 @group(0) @binding(14) var<storage, read> kc8: array<vec4<f32>>;
 @group(0) @binding(15) var<storage, read> vc8: array<vec4<f32>>;
+#endif
 struct Oct {
     lo: vec4<f32>,
     hi: vec4<f32>,
@@ -365,9 +373,25 @@ fn lo4(x: Oct) -> vec4<f32> {
 fn hi4(x: Oct) -> vec4<f32> {
     return x.hi;
 }
+fn oct_of(lo: vec4<f32>, hi: vec4<f32>) -> Oct {
+    return Oct(lo, hi);
+}
+#ifdef DEC_ROPE
+fn store_kv_oct(o: u32, k: Oct, v: Oct) {
+    kc8[2u * o] = k.lo;
+    kc8[2u * o + 1u] = k.hi;
+    vc8[2u * o] = v.lo;
+    vc8[2u * o + 1u] = v.hi;
+}
+#endif
+#else
+#ifdef DEC_ROPE
+@group(0) @binding(14) var<storage, read_write> kc8: array<vec4<u32>>;
+@group(0) @binding(15) var<storage, read_write> vc8: array<vec4<u32>>;
 #else
 @group(0) @binding(14) var<storage, read> kc8: array<vec4<u32>>;
 @group(0) @binding(15) var<storage, read> vc8: array<vec4<u32>>;
+#endif
 struct Oct {
     w: vec4<u32>,
 }
@@ -383,6 +407,62 @@ fn lo4(x: Oct) -> vec4<f32> {
 fn hi4(x: Oct) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(x.w.z), unpack2x16float(x.w.w));
 }
+fn oct_of(lo: vec4<f32>, hi: vec4<f32>) -> Oct {
+    return Oct(vec4<u32>(pack2x16float(lo.xy), pack2x16float(lo.zw), pack2x16float(hi.xy), pack2x16float(hi.zw)));
+}
+#ifdef DEC_ROPE
+fn store_kv_oct(o: u32, k: Oct, v: Oct) {
+    kc8[o] = k.w;
+    vc8[o] = v.w;
+}
+#endif
+#endif
+
+#ifdef DEC_ROPE
+// How element j of a head turns at position pos: x_j · c + x_partner · s, with rope_write's
+// pairs and factors; elements past rot_dim pass through.
+struct Turn {
+    partner: u32,
+    c: f32,
+    s: f32,
+}
+
+fn turn_of(j: u32, pos: u32) -> Turn {
+    if (j >= p.rot_dim) {
+        return Turn(j, 1.0, 0.0);
+    }
+    let half = p.rot_dim / 2u;
+    var first = j % 2u == 0u;
+    var i = j / 2u;
+    var partner = j ^ 1u;
+    if (p.halves != 0u) {
+        first = j < half;
+        i = select(j - half, j, first);
+        partner = select(j - half, j + half, first);
+    }
+    let cs = cos_sin(f32(pos) * freq[i]) * p.mscale;
+    return Turn(partner, cs.x, select(cs.y, -cs.y, first));
+}
+
+// Four elements j.. of the query head at qt[b..], turned.
+fn q_turned4(b: u32, j: u32, pos: u32) -> vec4<f32> {
+    var x: vec4<f32>;
+    for (var u = 0u; u < 4u; u++) {
+        let t = turn_of(j + u, pos);
+        x[u] = qt[b + j + u] * t.c + qt[b + t.partner] * t.s;
+    }
+    return x;
+}
+
+// Four elements j.. of the key head at kt[b..], turned.
+fn k_turned4(b: u32, j: u32, pos: u32) -> vec4<f32> {
+    var x: vec4<f32>;
+    for (var u = 0u; u < 4u; u++) {
+        let t = turn_of(j + u, pos);
+        x[u] = kt[b + j + u] * t.c + kt[b + t.partner] * t.s;
+    }
+    return x;
+}
 #endif
 
 var<workgroup> dq: array<vec4<f32>, 576>;     // G2 × QS ≤ 2·DWG + 64
@@ -392,6 +472,12 @@ var<workgroup> dred: array<f32, DWG>;
 var<workgroup> dsum: array<vec4<f32>, 512>;   // per thread: its values' two vec4s
 var<workgroup> coef: array<f32, 2048>;        // merge: weight of (head, split), G2 × splits
 var<workgroup> last_flag: u32;
+#ifdef DEC_ROPE
+// The step's own key and value, as the cache holds them, and the turned key in f32.
+var<workgroup> new_k: array<Oct, 32>;
+var<workgroup> new_v: array<Oct, 32>;
+var<workgroup> k_turned: array<vec4<f32>, 64>;
+#endif
 
 // Max (by_max) or sum of v over each aligned run of RUN threads, in every thread of the run.
 // Every thread of the workgroup calls it. With subgroups, lanes first combine across their
@@ -445,6 +531,57 @@ fn row_oct(key: u32, g: u32) -> u32 {
     return ((key % p.cache_len) * p.kv_heads + g) * D8;
 }
 
+// Whether key position `key` is the step's own, whose row this dispatch writes: its readers
+// take it from new_k / new_v instead of the cache.
+fn is_new(key: u32) -> bool {
+#ifdef DEC_ROPE
+    return key == step.pos0;
+#else
+    return false;
+#endif
+}
+
+// The query's four values at vec4 c of head h, turned with DEC_ROPE.
+fn q_load4(h: u32, c: u32) -> vec4<f32> {
+    let b = p.q_offset + h * D8 * 8u;
+#ifdef DEC_ROPE
+    return q_turned4(b, 4u * c, step.pos0);
+#else
+    return vec4<f32>(src[b + 4u * c], src[b + 4u * c + 1u], src[b + 4u * c + 2u], src[b + 4u * c + 3u]);
+#endif
+}
+
+#ifdef DEC_ROPE
+// Thread o < D8 of the split holding the step's key: octet o of KV head g's key (turned) and
+// value, into workgroup memory and the cache slot.
+fn store_new(g: u32, o: u32) {
+    let d = D8 * 8u;
+    let pos = step.pos0;
+    let kb = p.k_offset + g * d;
+    let vb = p.v_offset + g * d + 8u * o;
+    let lo = k_turned4(kb, 8u * o, pos);
+    let hi = k_turned4(kb, 8u * o + 4u, pos);
+    k_turned[2u * o] = lo;
+    k_turned[2u * o + 1u] = hi;
+    let k = oct_of(lo, hi);
+    let v = oct_of(
+        vec4<f32>(vsrc[vb], vsrc[vb + 1u], vsrc[vb + 2u], vsrc[vb + 3u]),
+        vec4<f32>(vsrc[vb + 4u], vsrc[vb + 5u], vsrc[vb + 6u], vsrc[vb + 7u]),
+    );
+    new_k[o] = k;
+    new_v[o] = v;
+    store_kv_oct(row_oct(pos, g) + o, k, v);
+}
+
+fn new_k_row() -> array<Oct, D8> {
+    var r: array<Oct, D8>;
+    for (var o = 0u; o < D8; o++) {
+        r[o] = new_k[o];
+    }
+    return r;
+}
+#endif
+
 @compute @workgroup_size(256)
 fn decode(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -474,11 +611,17 @@ fn decode(
         let c = e % (2u * D8);
         var x = vec4<f32>(0.0);
         if (h < GQ) {
-            let b = p.q_offset + (h0 + h) * d + 4u * c;
-            x = vec4<f32>(src[b], src[b + 1u], src[b + 2u], src[b + 3u]) * p.scale;
+            x = q_load4(h0 + h, c);
         }
         dq[h * QS + c] = x;
     }
+#ifdef DEC_ROPE
+    // The last split's keys end with the step's own.
+    let holds_new = split + 1u == used;
+    if (holds_new && lid < D8) {
+        store_new(g, lid);
+    }
+#endif
     let sh = lid / RUN;
     let sj = lid % RUN;
     let vsub = lid / VU;
@@ -491,7 +634,7 @@ fn decode(
         let cnt = min(RUN, k1 - c0);
         let live = sh < GQ && sj < cnt;
         var kr: array<Oct, D8>;
-        if (live) {
+        if (live && !is_new(c0 + sj)) {
             let base = row_oct(c0 + sj, g);
             for (var o = 0u; o < D8; o++) {
                 kr[o] = k_oct(base + o);
@@ -501,19 +644,24 @@ fn decode(
         if (vh < GQ) {
             for (var t = 0u; t < D8; t++) {
                 let j = vsub + R * t;
-                if (j < cnt) {
+                if (j < cnt && !is_new(c0 + j)) {
                     vr[t] = v_oct(row_oct(c0 + j, g) + vo);
                 }
             }
         }
         workgroupBarrier();
+#ifdef DEC_ROPE
+        if (live && is_new(c0 + sj)) {
+            kr = new_k_row();
+        }
+#endif
         var s = NEG;
         if (live) {
             var dot4 = vec4<f32>(0.0);
             for (var o = 0u; o < D8; o++) {
                 dot4 += dq[sh * QS + 2u * o] * lo4(kr[o]) + dq[sh * QS + 2u * o + 1u] * hi4(kr[o]);
             }
-            s = dot4.x + dot4.y + dot4.z + dot4.w;
+            s = (dot4.x + dot4.y + dot4.z + dot4.w) * p.scale;
         }
         let m_new = max(m_run, run_reduce(s, lid, sg_size, true));
         let w = select(0.0, exp(s - m_new), live);
@@ -534,6 +682,11 @@ fn decode(
             for (var t = 0u; t < D8; t++) {
                 let j = vsub + R * t;
                 if (j < cnt) {
+#ifdef DEC_ROPE
+                    if (is_new(c0 + j)) {
+                        vr[t] = new_v[vo];
+                    }
+#endif
                     let wj = dw[vh * PS + j];
                     acc[0] += wj * lo4(vr[t]);
                     acc[1] += wj * hi4(vr[t]);
@@ -545,6 +698,17 @@ fn decode(
     dsum[2u * lid] = acc[0];
     dsum[2u * lid + 1u] = acc[1];
     workgroupBarrier();
+#ifdef DEC_ROPE
+    // k turned in place, as rope_write leaves it: every read of k was before the barrier.
+    if (holds_new && lid < 2u * D8) {
+        let b = p.k_offset + g * d + 4u * lid;
+        let x = k_turned[lid];
+        kt[b] = x.x;
+        kt[b + 1u] = x.y;
+        kt[b + 2u] = x.z;
+        kt[b + 3u] = x.w;
+    }
+#endif
     let row0 = (g * p.chunks + split) * GQ;
     for (var e = lid; e < GQ * 2u * D8; e += DWG) {
         let h = e / (2u * D8);
@@ -648,6 +812,11 @@ fn merge(g: u32, used: u32, lid: u32, sg_size: u32) {
         let e = lid + DWG * o;
         if (e < GQ * d) {
             out[p.out_offset + h0 * d + e] = a[o];
+#ifdef DEC_ROPE
+            // q turned in place, as rope_write leaves it: every split of g has loaded it.
+            let i = e % d;
+            qt[p.q_offset + h0 * d + e] = dq[e / d * QS + i / 4u][i % 4u];
+#endif
         }
     }
 }
