@@ -1470,6 +1470,7 @@ fn products_fold_the_norm_and_the_residual_add() {
                     norm,
                     residual: Some(&rb),
                     normed: None,
+                    route: None,
                 },
             )
             .unwrap();
@@ -1504,6 +1505,7 @@ fn products_fold_the_norm_and_the_residual_add() {
                         norm,
                         residual: None,
                         normed: Some(&hb),
+                        route: None,
                     },
                 )
                 .unwrap();
@@ -1916,6 +1918,7 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                     }),
                     residual: Some(&rb),
                     normed: None,
+                    route: None,
                 };
                 let xr = Region::new(&xb, 3, cols as u32);
                 let yr = Region::new(&yb, 0, rows as u32);
