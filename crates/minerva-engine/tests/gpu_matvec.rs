@@ -2369,7 +2369,10 @@ fn router_products_route_the_token_in_their_last_workgroup() {
                     assert!(ops.routes_in_product(&gw, &sel, k as u32));
                     let g: Vec<f32> = rng.vec(cols).iter().map(|v| v + 1.0).collect();
                     let padded_bias: Vec<f32> = [0.0; 3].iter().chain(&bias).copied().collect();
-                    let (gb, bb) = (ctx.storage_with("g", &g), ctx.storage_with("bias", &padded_bias));
+                    let (gb, bb) = (
+                        ctx.storage_with("g", &g),
+                        ctx.storage_with("bias", &padded_bias),
+                    );
                     let b = RouterBufs {
                         x: ctx.storage_with("x", &x0),
                         logits: ctx.storage("logits", (experts * 4) as u64),
