@@ -1,18 +1,15 @@
 //! GPU weight kernels (decode matvec, prefill matmul, embedding lookup, expert matvec, grouped
-//! expert matmul, the MoE router's product routing the token) for every stored dtype against
-//! the CPU: weights dequantized by
+//! expert matmul) for every stored dtype against the CPU: weights dequantized by
 //! `minerva_formats::dequantize_rows` (or a small local reference where the formats crate has
 //! no decoder yet), products in f64.
 
 mod gpu_common;
 
 use gpu_common::*;
-use minerva_engine::backend::Routing;
-use minerva_engine::cpu::route;
 use minerva_engine::gpu::ops::MATMUL_TOKENS;
 use minerva_engine::gpu::{
-    moe_max_tiles, Bias, Combine, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext, GpuError,
-    GpuWeight, MatSel, MatmulTile, Multi, NormFold, Ops, Region, RouteFold,
+    moe_max_tiles, Bias, Combine, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext, GpuWeight,
+    MatSel, MatmulTile, Multi, NormFold, Ops, Region,
 };
 use minerva_formats::{dequantize_rows, DType, TensorData, TensorView};
 use std::sync::Arc;
@@ -1568,7 +1565,6 @@ fn products_fold_the_norm_and_the_residual_add() {
                     residual: Some(&rb),
                     normed: None,
                     combine: None,
-                    route: None,
                 },
             )
             .unwrap();
@@ -1604,7 +1600,6 @@ fn products_fold_the_norm_and_the_residual_add() {
                         residual: None,
                         normed: Some(&hb),
                         combine: None,
-                        route: None,
                     },
                 )
                 .unwrap();
@@ -2018,7 +2013,6 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                     residual: Some(&rb),
                     normed: None,
                     combine: None,
-                    route: None,
                 };
                 let xr = Region::new(&xb, 3, cols as u32);
                 let yr = Region::new(&yb, 0, rows as u32);
@@ -2347,255 +2341,4 @@ fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
             }
         }
     }
-}
-
-/// A router of `experts` f32 rows of `cols` values whose logits tie: `equal` makes every row
-/// and bias the same, else row order[k] copies row order[k − 1] (order: the logits of `x` best
-/// first), so the k-th place ties. The weight's values and the biases.
-fn tied_router(
-    experts: usize,
-    cols: usize,
-    k: usize,
-    equal: bool,
-    x: &[f32],
-    rng: &mut Rng,
-) -> (Vec<f32>, Vec<f32>) {
-    let mut w = rng.vec(experts * cols);
-    let mut bias = rng.vec(experts);
-    let (rows_from, rows_to): (Vec<usize>, Vec<usize>) = if equal {
-        (vec![0; experts - 1], (1..experts).collect())
-    } else {
-        let (logits, _) = cpu_matmul(&w, x, experts, cols, 1);
-        let mut order: Vec<usize> = (0..experts).collect();
-        order.sort_by(|a, b| (logits[*b] + bias[*b]).total_cmp(&(logits[*a] + bias[*a])));
-        (vec![order[k - 1]], vec![order[k]])
-    };
-    for (from, to) in rows_from.into_iter().zip(rows_to) {
-        w.copy_within(from * cols..(from + 1) * cols, to * cols);
-        bias[to] = bias[from];
-    }
-    (w, bias)
-}
-
-/// Buffers of one routed router product: x, the logits, the norm's output, the ids and weights.
-struct RouterBufs {
-    x: wgpu::Buffer,
-    logits: wgpu::Buffer,
-    normed: wgpu::Buffer,
-    ids: wgpu::Buffer,
-    weights: wgpu::Buffer,
-}
-
-/// Checks one run of a routed router product on x: the logits against the CPU (with the norm
-/// of x folded in when `g` holds its weights, and the norm's output), and the ids and weights
-/// against the CPU's routing of the logits the product wrote.
-#[allow(clippy::too_many_arguments)]
-fn check_routed_run(
-    what: &str,
-    ctx: &GpuContext,
-    b: &RouterBufs,
-    w: &[f32],
-    bias: &[f32],
-    x: &[f32],
-    g: Option<&[f32]>,
-    routing: &Routing,
-) {
-    let (experts, cols, k) = (bias.len(), x.len(), routing.top_k);
-    let input: Vec<f32> = match g {
-        Some(g) => {
-            let ms = x.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64;
-            let rms = (ms + 1e-5).sqrt();
-            let normed: Vec<f32> = (0..cols)
-                .map(|c| (x[c] as f64 * g[c] as f64 / rms) as f32)
-                .collect();
-            let got = ctx.read_f32(&b.normed, 0, cols).unwrap();
-            assert_close(&format!("{what}: norm's output"), &got, &normed, 1e-5);
-            normed
-        }
-        None => x.to_vec(),
-    };
-    let (dots, mag) = cpu_matmul(w, &input, experts, cols, 1);
-    let want: Vec<f32> = dots.iter().zip(bias).map(|(d, b)| d + b).collect();
-    let logits = ctx.read_f32(&b.logits, 0, experts).unwrap();
-    assert_dots_close(&format!("{what}: logits"), &logits, &want, &mag, 2e-5);
-    let ids = ctx.read_u32(&b.ids, 0, k).unwrap();
-    let weights = ctx.read_f32(&b.weights, 0, k).unwrap();
-    for (s, (e, wt)) in route(&logits, routing).into_iter().enumerate() {
-        assert_eq!(ids[s] as usize, e, "{what}: slot {s} of {ids:?}");
-        assert!(
-            (weights[s] - wt).abs() < 1e-5,
-            "{what}: weight {s} is {}, expected {wt}",
-            weights[s]
-        );
-    }
-}
-
-/// The router's decode product routing the token in its last workgroup (`RouteFold`) against
-/// the CPU's `route` of the logits it wrote: 32 experts of 2880 values (gpt-oss's router: 8
-/// workgroups), 128 of 96 (32 workgroups) and 7 (a workgroup of 3 live rows after a whole
-/// one); k 4 and 1; the softmax over the chosen k or over all; with the bias, with and without
-/// the folded norm (writing its output); ties at the k-th place and a row of equal logits; with
-/// and without subgroups. Each product runs twice, on a new x and with its outputs cleared in
-/// between: the last workgroup must have reset the count of arrivals.
-#[test]
-fn router_products_route_the_token_in_their_last_workgroup() {
-    let Some(first) = shared() else { return };
-    let mut plain = GpuContext::new(&exact()).unwrap();
-    plain.caps.subgroups = false;
-    let mut rng = Rng::new(23);
-    for ctx in [first, Arc::new(plain)] {
-        let ops = f32_ops(ctx.clone());
-        for (experts, cols, equal) in [
-            (32usize, 2880usize, false),
-            (32, 96, true),
-            (128, 96, false),
-            (7, 200, false),
-        ] {
-            for k in [4usize, 1] {
-                for (renorm, folded_norm) in [(true, true), (false, true), (true, false)] {
-                    let x0: Vec<f32> = rng.vec(cols).iter().map(|v| 3.0 * v + 0.5).collect();
-                    let (w, bias) = tied_router(experts, cols, k, equal, &x0, &mut rng);
-                    let stored = Stored {
-                        dtype: DType::F32,
-                        rows: experts,
-                        cols,
-                        bufs: vec![w.iter().flat_map(|v| v.to_le_bytes()).collect()],
-                    };
-                    let gw = GpuWeight::upload(&ctx, &stored.view(vec![experts, cols]), 1).unwrap();
-                    let sel = MatSel::whole(&gw);
-                    assert!(ops.routes_in_product(&gw, &sel, k as u32));
-                    let g: Vec<f32> = rng.vec(cols).iter().map(|v| v + 1.0).collect();
-                    let padded_bias: Vec<f32> = [0.0; 3].iter().chain(&bias).copied().collect();
-                    let (gb, bb) = (
-                        ctx.storage_with("g", &g),
-                        ctx.storage_with("bias", &padded_bias),
-                    );
-                    let b = RouterBufs {
-                        x: ctx.storage_with("x", &x0),
-                        logits: ctx.storage("logits", (experts * 4) as u64),
-                        normed: ctx.storage("normed", (cols * 4) as u64),
-                        ids: ctx.storage("ids", (k * 4) as u64),
-                        weights: ctx.storage("weights", (k * 4) as u64),
-                    };
-                    let folds = Folds {
-                        norm: folded_norm.then_some(NormFold {
-                            buf: &gb,
-                            offset: 0,
-                            eps: 1e-5,
-                        }),
-                        residual: None,
-                        normed: folded_norm.then_some(&b.normed),
-                        combine: None,
-                        route: Some(RouteFold {
-                            ids: &b.ids,
-                            weights: &b.weights,
-                            k: k as u32,
-                            renorm,
-                        }),
-                    };
-                    let bias_at = Bias {
-                        buf: &bb,
-                        offset: 3,
-                        expert_stride: 0,
-                    };
-                    let d = ops
-                        .matvec(
-                            &gw,
-                            &sel,
-                            Region::new(&b.x, 0, cols as u32),
-                            Region::new(&b.logits, 0, experts as u32),
-                            1,
-                            Some(bias_at),
-                            None,
-                            folds,
-                        )
-                        .unwrap();
-                    assert_eq!(d.len(), 1, "one dispatch");
-                    let routing = Routing {
-                        top_k: k,
-                        softmax_after_topk: renorm,
-                        norm_topk_prob: false,
-                    };
-                    let norm_w = folded_norm.then_some(&g[..]);
-                    let what = |run: usize| {
-                        format!(
-                            "{experts} experts of {cols}, equal {equal}, top-{k}, renorm \
-                             {renorm}, norm {folded_norm}, subgroups {}, run {run}",
-                            ctx.caps.subgroups
-                        )
-                    };
-                    ctx.submit(&[&d[0]]).unwrap();
-                    check_routed_run(&what(1), &ctx, &b, &w, &bias, &x0, norm_w, &routing);
-                    let x1: Vec<f32> = rng.vec(cols).iter().map(|v| 2.0 * v - 0.3).collect();
-                    ctx.queue.write_buffer(&b.x, 0, bytemuck::cast_slice(&x1));
-                    let zeros = vec![0u8; k * 4];
-                    ctx.queue.write_buffer(&b.ids, 0, &zeros);
-                    ctx.queue.write_buffer(&b.weights, 0, &zeros);
-                    ctx.submit(&[&d[0]]).unwrap();
-                    check_routed_run(&what(2), &ctx, &b, &w, &bias, &x1, norm_w, &routing);
-                }
-            }
-        }
-    }
-}
-
-/// Routing folds only into one vector's product of one dispatch over at most 256 experts (and
-/// no more than a workgroup's threads), and not into expert products.
-#[test]
-fn routing_folds_only_where_one_workgroup_can_route() {
-    if shared().is_none() {
-        return;
-    }
-    let mut rng = Rng::new(24);
-    let cols = 64usize;
-    let s = make(DType::F32, 300, cols, &mut rng);
-    // A binding limit of 40 rows splits the weight's first 64 rows into 2 parts.
-    let mut ctx = GpuContext::new(&exact()).unwrap();
-    ctx.caps.max_binding = (40 * cols * 4) as u64;
-    let ctx = Arc::new(ctx);
-    let ops = Ops::new(ctx.clone());
-    let w = GpuWeight::upload(&ctx, &s.view(vec![300, cols]), 1).unwrap();
-    let xb = ctx.storage_with("x", &rng.vec(2 * cols));
-    let (yb, ib, wb) = (
-        ctx.storage("y", 2 * 300 * 4),
-        ctx.storage("ids", 64),
-        ctx.storage("w", 64),
-    );
-    let route = RouteFold {
-        ids: &ib,
-        weights: &wb,
-        k: 4,
-        renorm: true,
-    };
-    let folds = Folds {
-        route: Some(route),
-        ..Default::default()
-    };
-    let rows = |out_dim: usize| MatSel {
-        out_dim,
-        ..MatSel::whole(&w)
-    };
-    let refused = |sel: &MatSel, batch: u32, experts: Option<ExpertSel>| {
-        let r = ops.matvec(
-            &w,
-            sel,
-            Region::new(&xb, 0, cols as u32),
-            Region::new(&yb, 0, sel.out_dim as u32),
-            batch,
-            None,
-            experts,
-            folds,
-        );
-        matches!(r, Err(GpuError::Unsupported { .. }))
-    };
-    // 32 rows in the first part route; two vectors, 64 rows over two parts, 300 rows do not.
-    assert!(ops.routes_in_product(&w, &rows(32), 4));
-    assert!(!refused(&rows(32), 1, None));
-    assert!(refused(&rows(32), 2, None));
-    assert!(!ops.routes_in_product(&w, &rows(64), 4));
-    assert!(refused(&rows(64), 1, None));
-    assert!(!ops.routes_in_product(&w, &rows(300), 4));
-    assert!(!ops.routes_in_product(&w, &rows(32), 33));
-    let experts = ExpertSel { ids: &ib, x_div: 1 };
-    assert!(refused(&rows(32), 1, Some(experts)));
 }

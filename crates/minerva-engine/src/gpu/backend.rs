@@ -8,7 +8,7 @@ use super::context::{GpuContext, GpuOptions, PendingRead};
 use super::error::{GpuError, GpuResult};
 use super::ops::{
     moe_max_tiles, select_scratch_len, AttnShape, Bias, Combine, Eltwise, ExpertSel, ExpertTiles,
-    Folds, KvCache, MatSel, Multi, NormFold, Ops, Region, Rotary, RouteFold, Step,
+    Folds, KvCache, MatSel, Multi, NormFold, Ops, Region, Rotary, Step,
 };
 use super::pipelines::Dispatch;
 use super::weights::GpuWeight;
@@ -496,7 +496,6 @@ impl GpuBackend {
                 },
                 normed: None,
                 combine: None,
-                route: None,
             };
             Ok(if n == 1 {
                 s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?
@@ -1326,33 +1325,23 @@ impl Backend for GpuBackend {
         self.scratch("moe logits", (n * experts * 4) as u64);
         self.scratch("moe ids", (n * k * 4) as u64);
         self.scratch("moe weights", (n * k * 4) as u64);
-        // Decode: the router's last workgroup routes the token (no dispatch of its own).
-        let route_in_router = n == 1 && {
-            let w = self.weight(block.router.w.weight)?;
-            self.ops
-                .routes_in_product(w, &self.sel(&block.router.w), k as u32)
-        };
-        let route = route_in_router.then_some((k as u32, renorm));
-        if norm.is_none() && route.is_none() {
-            self.linear(Src::Buf(x), &block.router, Src::Scratch("moe logits"), n)?;
-        } else {
-            self.router_decode(x, &block.router, norm, route)?;
+        match norm {
+            Some(d) => self.router_writing_norm(x, &block.router, d)?,
+            None => self.linear(Src::Buf(x), &block.router, Src::Scratch("moe logits"), n)?,
         }
-        if !route_in_router {
-            let key = key!("moe route", n, experts, k, renorm);
-            self.record(key, |s| {
-                Ok(vec![s.ops.moe_route(
-                    s.src(Src::Scratch("moe logits"))?,
-                    0,
-                    experts as u32,
-                    k as u32,
-                    n as u32,
-                    renorm,
-                    s.src(Src::Scratch("moe ids"))?,
-                    s.src(Src::Scratch("moe weights"))?,
-                )?])
-            })?;
-        }
+        let key = key!("moe route", n, experts, k, renorm);
+        self.record(key, |s| {
+            Ok(vec![s.ops.moe_route(
+                s.src(Src::Scratch("moe logits"))?,
+                0,
+                experts as u32,
+                k as u32,
+                n as u32,
+                renorm,
+                s.src(Src::Scratch("moe ids"))?,
+                s.src(Src::Scratch("moe weights"))?,
+            )?])
+        })?;
         let act = Self::glu_op(block.activation);
         let act_key = block.activation;
         if Self::stacked(block) {
@@ -1853,37 +1842,17 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// The router's decode product of `x` into the "moe logits" scratch. With a deferred norm
-    /// `norm` (whose output is `x`) it reads the norm's input and writes `x` on the way; with
-    /// `route` (k, renorm) its last workgroup writes the "moe ids" and "moe weights" scratches.
-    fn router_decode(
-        &mut self,
-        x: BufId,
-        router: &Linear,
-        norm: Option<Deferred>,
-        route: Option<(u32, bool)>,
-    ) -> Result<()> {
+    /// The router's decode product over the input of the deferred norm `d` (whose output is
+    /// `x`) into the "moe logits" scratch, writing `x` on the way.
+    fn router_writing_norm(&mut self, x: BufId, router: &Linear, d: Deferred) -> Result<()> {
         let bias = match &router.bias {
             Some(b) => Some(self.vector(b)?),
             None => None,
         };
-        let key = key!(
-            "moe router",
-            x,
-            router,
-            norm.map(|d| d.x),
-            norm.map(|d| d.weight),
-            norm.map(|d| d.eps),
-            route.map(|r| r.0),
-            route.map(|r| r.1)
-        );
+        let key = key!("moe router", x, router, d.x, d.weight, d.eps);
         let sel = self.sel(&router.w);
         self.record(key, |s| {
-            let xb = match norm {
-                Some(d) => &s.buf(d.x)?.buf,
-                None => &s.buf(x)?.buf,
-            };
-            let xr = Region::new(xb, 0, router.in_dim() as u32);
+            let xr = Region::new(&s.buf(d.x)?.buf, 0, router.in_dim() as u32);
             let yr = Region::new(
                 s.src(Src::Scratch("moe logits"))?,
                 0,
@@ -1894,23 +1863,10 @@ impl GpuBackend {
                 offset: off,
                 expert_stride: 0,
             });
-            let route = match route {
-                Some((k, renorm)) => Some(RouteFold {
-                    ids: s.src(Src::Scratch("moe ids"))?,
-                    weights: s.src(Src::Scratch("moe weights"))?,
-                    k,
-                    renorm,
-                }),
-                None => None,
-            };
             let folds = Folds {
-                norm: norm.map(|d| s.norm_fold(&d)),
+                norm: Some(s.norm_fold(&d)),
                 residual: None,
-                normed: match norm {
-                    Some(_) => Some(&s.buf(x)?.buf),
-                    None => None,
-                },
-                route,
+                normed: Some(&s.buf(x)?.buf),
                 combine: None,
             };
             let w = s.weight(router.w.weight)?;

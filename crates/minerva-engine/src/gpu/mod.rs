@@ -15,6 +15,6 @@ pub use context::{Capabilities, GpuContext, GpuOptions};
 pub use error::{GpuError, GpuResult};
 pub use ops::{
     moe_max_tiles, AttnShape, Bias, Combine, Eltwise, ExpertSel, ExpertTiles, Folds, KvCache,
-    MatSel, MatmulTile, Multi, NormFold, Ops, Region, RouteFold, Step,
+    MatSel, MatmulTile, Multi, NormFold, Ops, Region, Step,
 };
 pub use weights::GpuWeight;

@@ -221,31 +221,17 @@ pub struct NormFold<'a> {
     pub eps: f32,
 }
 
-/// MoE routing folded into the router's decode product: its last workgroup takes the top `k`
-/// of the logits (ties to the lower expert) into `ids` and their softmax (over the chosen k with
-/// `renorm`, else over all experts) into `weights`, from element 0, as `Ops::moe_route` does
-/// for one token.
-#[derive(Clone, Copy)]
-pub struct RouteFold<'a> {
-    pub ids: &'a wgpu::Buffer,
-    pub weights: &'a wgpu::Buffer,
-    pub k: u32,
-    pub renorm: bool,
-}
-
 /// Work folded into a decode product: an RMSNorm of its input, and adding its results into a
 /// residual stream (`residual[i] += y[i]`, y still written). With a norm, `normed` also receives
 /// the norm's output itself (one vector, from element 0), for later products that read it whole.
 /// With experts, `combine` sums each token's k items (batch item t·k + s, expert ids[t·k + s],
 /// x vector t·k + s) weighted by `combine.weights[t·k + s]` into the token's one output row: the
 /// MoE down product and the weighted combine in one dispatch (one weight part only).
-/// `route` routes the token over the results (y still written; `Ops::routes_in_product`).
 #[derive(Clone, Copy, Default)]
 pub struct Folds<'a> {
     pub norm: Option<NormFold<'a>>,
     pub residual: Option<&'a wgpu::Buffer>,
     pub normed: Option<&'a wgpu::Buffer>,
-    pub route: Option<RouteFold<'a>>,
     pub combine: Option<Combine<'a>>,
 }
 
@@ -363,8 +349,8 @@ struct MatvecParams {
     norm_offset: u32,
     eps: f32,
     xq_scales: u32,
-    route_k: u32,
-    route_renorm: u32,
+    k: u32,
+    _pad: u32,
 }
 
 #[repr(C)]
@@ -1204,26 +1190,6 @@ impl Ops {
             d.insert("COMBINE".into(), String::new());
             grid_z = batch / c.k;
         }
-        // The count of workgroups done: left zero by the last one, so every router shares it.
-        let arrived = match &folds.route {
-            Some(r) => {
-                if experts.is_some() || batch != 1 || !self.routes_in_product(w, sel, r.k) {
-                    return Err(GpuError::Unsupported {
-                        tensor: w.name.clone(),
-                        reason: format!(
-                            "top-{} routing folded into a product of {} rows × {batch} vectors \
-                             in {} parts",
-                            r.k,
-                            sel.out_dim,
-                            w.ranges(sel).len()
-                        ),
-                    });
-                }
-                d.insert("ROUTE".into(), String::new());
-                Some(self.scratch_buffer("route arrivals", 4))
-            }
-            None => None,
-        };
         let pipe = self.pipeline("matvec.wgsl", &d, "main")?;
         let mrows = w.matrix_rows(sel.input_major);
         // Stored rows per matrix (parts hold whole matrices when used with experts).
@@ -1265,12 +1231,8 @@ impl Ops {
                 norm_offset: folds.norm.map(|n| n.offset).unwrap_or(0),
                 eps: folds.norm.map(|n| n.eps).unwrap_or(0.0),
                 xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
-                route_k: folds
-                    .route
-                    .map(|r| r.k)
-                    .or(folds.combine.map(|c| c.k))
-                    .unwrap_or(0),
-                route_renorm: folds.route.is_some_and(|r| r.renorm) as u32,
+                k: folds.combine.map(|c| c.k).unwrap_or(0),
+                _pad: 0,
             };
             let ub = self.ctx.uniform("matvec params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = part
@@ -1295,9 +1257,6 @@ impl Ops {
             }
             if let Some(h) = folds.normed {
                 entries.push((10, h));
-            }
-            if let (Some(r), Some(arrived)) = (&folds.route, &arrived) {
-                entries.extend([(6, r.ids), (11, r.weights), (12, arrived)]);
             }
             if let Some(c) = &folds.combine {
                 entries.push((11, c.weights));
@@ -2413,17 +2372,6 @@ impl Ops {
             &[(0, &ub), (1, logits), (2, ids), (3, weights)],
             [gx, gy, 1],
         ))
-    }
-
-    /// Whether one vector's product over the outputs `sel` of `w` can route the token to `k`
-    /// experts in its last workgroup (`RouteFold`): one weight part (one dispatch), and no more
-    /// experts than the routing kernel or a product's workgroup has threads.
-    pub fn routes_in_product(&self, w: &GpuWeight, sel: &MatSel, k: u32) -> bool {
-        let experts = sel.out_dim as u32;
-        w.check_sel(sel).is_ok()
-            && w.ranges(sel).len() == 1
-            && experts <= self.product_shape.0
-            && Self::check_routing(experts, k).is_ok()
     }
 
     fn check_routing(experts: u32, k: u32) -> GpuResult<()> {

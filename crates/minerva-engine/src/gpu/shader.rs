@@ -42,7 +42,6 @@ const SOURCES: &[(&str, &str)] = &[
     ("elementwise.wgsl", include_str!("kernels/elementwise.wgsl")),
     ("attention.wgsl", include_str!("kernels/attention.wgsl")),
     ("moe.wgsl", include_str!("kernels/moe.wgsl")),
-    ("route.wgsl", include_str!("kernels/route.wgsl")),
     ("select.wgsl", include_str!("kernels/select.wgsl")),
     (
         "matvec_multi.wgsl",

@@ -11,10 +11,6 @@
 // COMBINE (with MOE, one weight part, x_div 1) sums a token's k items in one output row: batch
 // index z is the token, its items z·k + s each read their expert's rows and x vector and are
 // weighted by route_w[z·k + s] (the MoE down product and the weighted combine in one).
-// ROUTE (one vector, rows = experts ≤ WG, one dispatch) also routes the token (route.wgsl): each
-// result goes out through a relaxed atomic store (seen at the device's coherence point, where a
-// plain store may wait in another SM's L1), each workgroup then adds one to `arrived`, and the
-// last to arrive reads all the logits back and writes the expert ids and weights.
 // DOT_I8 (Q4_0 and Q8_0 weights) reads x as quantize_x.wgsl wrote it, two int8 terms per part
 // (about 15 bits, any norm applied), and takes integer dot products (unit.wgsl, common.wgsl); it
 // goes without NORM and NORM_OUT.
@@ -42,8 +38,8 @@ struct Params {
     norm_offset: u32,   // NORM: where the norm's weights start in norm_w
     eps: f32,           // NORM
     xq_scales: u32,     // DOT_I8: where the records' scales start in xq (vec4s)
-    route_k: u32,       // ROUTE: experts chosen; COMBINE: items (experts) per token
-    route_renorm: u32,  // ROUTE: softmax over the chosen k (else over all experts)
+    k: u32,             // COMBINE: items (experts) per token
+    _pad: u32,
 }
 
 #ifdef DOT_I8
@@ -51,19 +47,10 @@ struct Params {
 #else
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
 #endif
-#ifdef ROUTE
-@group(0) @binding(4) var<storage, read_write> y: array<atomic<u32>>;
-#else
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
-#endif
 @group(0) @binding(5) var<uniform> p: Params;
 #ifdef MOE
 @group(0) @binding(6) var<storage, read> ids: array<u32>;
-#endif
-#ifdef ROUTE
-@group(0) @binding(6) var<storage, read_write> ids: array<u32>;
-@group(0) @binding(11) var<storage, read_write> weights: array<f32>;
-@group(0) @binding(12) var<storage, read_write> arrived: array<atomic<u32>>;
 #endif
 #ifdef BIAS
 @group(0) @binding(7) var<storage, read> bias: array<f32>;
@@ -83,47 +70,6 @@ struct Params {
 
 const TPR: u32 = WG / RPW;
 #include "product.wgsl"
-#ifdef ROUTE
-const ROUTE_THREADS: u32 = WG;
-#include "route.wgsl"
-
-var<workgroup> route_last: u32;
-
-// Result o of the product: logits through an atomic store, for the last workgroup to read.
-fn store_y(o: u32, v: f32) {
-    atomicStore(&y[o], bitcast<u32>(v));
-}
-
-// After every workgroup has stored its logits: the last one to arrive routes the token.
-// `group` is this workgroup's index; those past the rows (none hold a live row) do not count.
-fn route_in_last(group: u32, lid: u32) {
-    let groups = (p.rows + RPW * RPL - 1u) / (RPW * RPL);
-    storageBarrier();
-    if (lid == 0u) {
-        var last = false;
-        if (group < groups) {
-            last = atomicAdd(&arrived[0], 1u) + 1u == groups;
-            if (last) {
-                atomicStore(&arrived[0], 0u);
-            }
-        }
-        route_last = select(0u, 1u, last);
-    }
-    if (workgroupUniformLoad(&route_last) == 0u) {
-        return;
-    }
-    storageBarrier();
-    if (lid < p.rows) {
-        route_logit[lid] = bitcast<f32>(atomicLoad(&y[p.y_offset + lid]));
-    }
-    workgroupBarrier();
-    route_logits(lid, p.rows, p.route_k, p.route_renorm != 0u, 0u);
-}
-#else
-fn store_y(o: u32, v: f32) {
-    y[o] = v;
-}
-#endif
 
 // Sums of part i for the lane's rows: x the first row's dot product, y Σx², z and w the second
 // and third rows' (MULTI_ROW; rows past the end read the last row again and are not written).
@@ -186,8 +132,8 @@ fn main(
     // their own parts; the row's reduction below adds the lanes once for all items).
     var lane = vec4<f32>(0.0);
     var bias_sum = vec4<f32>(0.0);
-    for (var s = 0u; s < p.route_k; s++) {
-        let item = z * p.route_k + s;
+    for (var s = 0u; s < p.k; s++) {
+        let item = z * p.k + s;
         let ex = ids[item];
         let weight = route_w[item];
         let item_at = RowAt(
@@ -247,13 +193,10 @@ fn main(
 #endif
 #endif
             let o = p.y_offset + z * p.y_stride + row + r;
-            store_y(o, total);
+            y[o] = total;
 #ifdef RESIDUAL
             resid[o] += total;
 #endif
         }
     }
-#ifdef ROUTE
-    route_in_last(wid.x + wid.y * p.groups_x, lid);
-#endif
 }
