@@ -40,13 +40,12 @@ fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
     // the final norm (folded into the output product, and dispatched as well when the step is
     // read back), the output product and argmax. gpt-oss layers: q/k/v with biases 1,
     // attention with the RoPE and write 1, output product 1, router (with the norm folded in,
-    // writing its output for the experts), routing, gate/up/activation, down (summing each
-    // token's experts with their routing weights and adding into the residual) 4. (Products of
-    // Q4_0 and Q8_0 weights with vocabulary-sized outputs take int8 x with a quantizing dispatch
-    // before them; these fixtures have none.)
+    // writing its output for the experts), routing, gate/up/activation, down, combine (adding
+    // into the residual) 5. (Products of Q4_0 and Q8_0 weights with vocabulary-sized outputs
+    // take int8 x with a quantizing dispatch before them; these fixtures have none.)
     for (fixture, dispatches) in [
         ("llama/gguf-q4_0/llama-Q4_0.gguf", 16),
-        ("gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf", 18),
+        ("gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf", 20),
         ("llama/mlx-4bit", 16),
     ] {
         let Some(b) = backend() else { return };

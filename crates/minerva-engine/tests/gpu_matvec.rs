@@ -8,8 +8,8 @@ mod gpu_common;
 use gpu_common::*;
 use minerva_engine::gpu::ops::MATMUL_TOKENS;
 use minerva_engine::gpu::{
-    moe_max_tiles, Bias, Combine, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext, GpuWeight,
-    MatSel, MatmulTile, Multi, NormFold, Ops, Region,
+    moe_max_tiles, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext, GpuWeight, MatSel,
+    MatmulTile, Multi, NormFold, Ops, Region,
 };
 use minerva_formats::{dequantize_rows, DType, TensorData, TensorView};
 use std::sync::Arc;
@@ -888,100 +888,6 @@ fn expert_matvec_reads_expert_ids_from_the_gpu() {
     }
 }
 
-/// The MoE down product that combines each token's experts itself (`Folds::combine`): two
-/// tokens of three items, each item its own x vector, summed with their routing weights (and the
-/// experts' biases) into one row per token, alone and adding into a residual stream; Q8_0 and
-/// MXFP4 experts (the latter in packed f16 where offered), rows not whole workgroups.
-#[test]
-fn expert_products_combine_their_tokens_items() {
-    let Some(ctx) = shared() else { return };
-    let mut rng = Rng::new(31);
-    let (experts, rows, cols, k, tokens) = (5usize, 19usize, 64usize, 3usize, 2usize);
-    for dtype in [DType::Q8_0, DType::MXFP4] {
-        let s = make(dtype, experts * rows, cols, &mut rng);
-        let w_ref = s.reference().unwrap();
-        let w = GpuWeight::upload(&ctx, &s.view(vec![experts, rows, cols]), rows).unwrap();
-        let ops = Ops::new(ctx.clone());
-        let ids: Vec<u32> = vec![4, 1, 0, 2, 2, 3];
-        let route: Vec<f32> = rng.vec(tokens * k);
-        let bias = rng.vec(experts * rows);
-        let x = rng.vec(tokens * k * cols);
-        let resid0 = rng.vec(tokens * rows);
-        let (xb, ib, rb, bb) = (
-            ctx.storage_with("x", &x),
-            ctx.storage_with("ids", &ids),
-            ctx.storage_with("routing weights", &route),
-            ctx.storage_with("bias", &bias),
-        );
-        let mut want = vec![0f32; tokens * rows];
-        let mut mag = vec![0f32; tokens * rows];
-        for item in 0..tokens * k {
-            let (t, e) = (item / k, ids[item] as usize);
-            let (dots, m) = cpu_matmul(
-                &w_ref[e * rows * cols..(e + 1) * rows * cols],
-                &x[item * cols..(item + 1) * cols],
-                rows,
-                cols,
-                1,
-            );
-            for r in 0..rows {
-                want[t * rows + r] += route[item] * (dots[r] + bias[e * rows + r]);
-                mag[t * rows + r] += route[item].abs() * (m[r] + bias[e * rows + r].abs());
-            }
-        }
-        let all = MatSel {
-            matrix: 0,
-            offset: 0,
-            stride: 1,
-            out_dim: rows,
-            in_dim: cols,
-            input_major: false,
-        };
-        let tol = if ops.packed_f16() && dtype == DType::MXFP4 {
-            TOL_F16_INPUTS
-        } else {
-            2e-5
-        };
-        for with_resid in [false, true] {
-            let yb = ctx.storage("y", (tokens * rows * 4) as u64);
-            let residual = ctx.storage_with("residual", &resid0);
-            let d = ops
-                .matvec(
-                    &w,
-                    &all,
-                    Region::new(&xb, 0, cols as u32),
-                    Region::new(&yb, 0, rows as u32),
-                    (tokens * k) as u32,
-                    Some(Bias {
-                        buf: &bb,
-                        offset: 0,
-                        expert_stride: rows as u32,
-                    }),
-                    Some(ExpertSel { ids: &ib, x_div: 1 }),
-                    Folds {
-                        residual: with_resid.then_some(&residual),
-                        combine: Some(Combine {
-                            weights: &rb,
-                            k: k as u32,
-                        }),
-                        ..Folds::default()
-                    },
-                )
-                .unwrap();
-            assert_eq!(d.len(), 1, "one dispatch for the product and its combine");
-            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
-            let what = format!("{} combined, residual {with_resid}", dtype.name());
-            let got = ctx.read_f32(&yb, 0, tokens * rows).unwrap();
-            assert_dots_close(&what, &got, &want, &mag, tol);
-            if with_resid {
-                let added: Vec<f32> = resid0.iter().zip(&want).map(|(a, b)| a + b).collect();
-                let got = ctx.read_f32(&residual, 0, tokens * rows).unwrap();
-                assert_dots_close(&format!("{what}: the stream"), &got, &added, &mag, tol);
-            }
-        }
-    }
-}
-
 /// Decode products of MXFP4 weights (GGUF blocks, HF blocks, MLX packs) in packed f16 where the
 /// adapter offers f16, against the CPU within `TOL_F16_INPUTS` of the terms' magnitude. Plain:
 /// 45 rows (not whole workgroups) of 96 and of gpt-oss's 2880 values, 1 to 3 rows per lane,
@@ -1564,7 +1470,6 @@ fn products_fold_the_norm_and_the_residual_add() {
                     norm,
                     residual: Some(&rb),
                     normed: None,
-                    combine: None,
                 },
             )
             .unwrap();
@@ -1599,7 +1504,6 @@ fn products_fold_the_norm_and_the_residual_add() {
                         norm,
                         residual: None,
                         normed: Some(&hb),
-                        combine: None,
                     },
                 )
                 .unwrap();
@@ -2012,7 +1916,6 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                     }),
                     residual: Some(&rb),
                     normed: None,
-                    combine: None,
                 };
                 let xr = Region::new(&xb, 3, cols as u32);
                 let yr = Region::new(&yb, 0, rows as u32);

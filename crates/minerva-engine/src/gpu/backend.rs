@@ -7,8 +7,8 @@
 use super::context::{GpuContext, GpuOptions, PendingRead};
 use super::error::{GpuError, GpuResult};
 use super::ops::{
-    moe_max_tiles, select_scratch_len, AttnShape, Bias, Combine, Eltwise, ExpertSel, ExpertTiles,
-    Folds, KvCache, MatSel, Multi, NormFold, Ops, Region, Rotary, Step,
+    moe_max_tiles, select_scratch_len, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds,
+    KvCache, MatSel, Multi, NormFold, Ops, Region, Rotary, Step,
 };
 use super::pipelines::Dispatch;
 use super::weights::GpuWeight;
@@ -89,8 +89,6 @@ struct LastCombine {
     k: usize,
     n: usize,
     at: usize,
-    /// The down product (weight, bias) when it combines itself (`down_combined`).
-    down: Option<(Linear, Option<(u32, u32)>)>,
 }
 
 /// A recorded RoPE of q and k together: buffers, parameters, the frequencies' vector, position,
@@ -495,7 +493,6 @@ impl GpuBackend {
                     None => None,
                 },
                 normed: None,
-                combine: None,
             };
             Ok(if n == 1 {
                 s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?
@@ -1372,9 +1369,6 @@ impl Backend for GpuBackend {
                 && self
                     .weight(e0.gate.w.weight)?
                     .same_parts(self.weight(e0.up.w.weight)?);
-            // Decode: the down product sums each token's experts with their routing weights
-            // itself (`Folds::combine`), where its weight is in one part.
-            let fuse_down = !grouped && self.weight(e0.down.w.weight)?.parts.len() == 1;
             let key = key!("moe experts", x, e0, n, k, act_key);
             self.record(key, |s| {
                 let ids = s.src(Src::Scratch("moe ids"))?;
@@ -1481,10 +1475,6 @@ impl Backend for GpuBackend {
                         items as u32,
                     )?);
                 }
-                if fuse_down {
-                    d.extend(s.down_combined(&e0.down, biases[2], k, n, out, None)?);
-                    return Ok(d);
-                }
                 d.extend(product(
                     2,
                     &e0.down,
@@ -1508,7 +1498,6 @@ impl Backend for GpuBackend {
                     k,
                     n,
                     at: self.pending.len(),
-                    down: fuse_down.then_some((e0.down, biases[2])),
                 });
             }
         } else {
@@ -1584,20 +1573,6 @@ impl Backend for GpuBackend {
         if let Some(c) = self.last_combine {
             if c.out == x && c.n == n && c.at == self.pending.len() {
                 self.pending.pop();
-                if let Some((down, bias)) = c.down {
-                    let key = key!(
-                        "moe down+combine+add",
-                        x,
-                        acc,
-                        n,
-                        c.k,
-                        down,
-                        bias.map(|b| b.0),
-                        bias.map(|b| b.1)
-                    );
-                    return self
-                        .record(key, |s| s.down_combined(&down, bias, c.k, n, x, Some(acc)));
-                }
                 let key = key!("moe combine+add", x, acc, n, c.k);
                 return self.record(key, |s| {
                     Ok(vec![s.ops.moe_combine(
@@ -1768,55 +1743,6 @@ impl Backend for GpuBackend {
 }
 
 impl GpuBackend {
-    /// The MoE down product of decode that sums each token's k experts with their routing
-    /// weights into `out` (and into `residual`): the "moe act" rows through their experts,
-    /// weighted by "moe weights" (`Folds::combine`).
-    fn down_combined(
-        &self,
-        down: &Linear,
-        bias: Option<(u32, u32)>,
-        k: usize,
-        n: usize,
-        out: BufId,
-        residual: Option<BufId>,
-    ) -> Result<Vec<Dispatch>> {
-        let w = self.weight(down.w.weight)?;
-        let sel = MatSel {
-            matrix: 0,
-            ..self.sel(&down.w)
-        };
-        let (width, hidden) = (down.in_dim() as u32, down.out_dim() as u32);
-        let bias = bias.map(|(wid, off)| Bias {
-            buf: self.vector_buf(wid),
-            offset: off,
-            expert_stride: self.weights[wid as usize].cols as u32,
-        });
-        let folds = Folds {
-            residual: match residual {
-                Some(r) => Some(&self.buf(r)?.buf),
-                None => None,
-            },
-            combine: Some(Combine {
-                weights: self.src(Src::Scratch("moe weights"))?,
-                k: k as u32,
-            }),
-            ..Folds::default()
-        };
-        Ok(self.ops.matvec(
-            w,
-            &sel,
-            Region::new(self.src(Src::Scratch("moe act"))?, 0, width),
-            Region::new(&self.buf(out)?.buf, 0, hidden),
-            (n * k) as u32,
-            bias,
-            Some(ExpertSel {
-                ids: self.src(Src::Scratch("moe ids"))?,
-                x_div: 1,
-            }),
-            folds,
-        )?)
-    }
-
     /// Records one product through `linear` (folding `norm` in) and remembers it, so that an
     /// add of its output right after it can fold in too.
     fn single_product(
@@ -1867,7 +1793,6 @@ impl GpuBackend {
                 norm: Some(s.norm_fold(&d)),
                 residual: None,
                 normed: Some(&s.buf(x)?.buf),
-                combine: None,
             };
             let w = s.weight(router.w.weight)?;
             Ok(s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?)

@@ -14,7 +14,7 @@ pub use backend::GpuBackend;
 pub use context::{Capabilities, GpuContext, GpuOptions};
 pub use error::{GpuError, GpuResult};
 pub use ops::{
-    moe_max_tiles, AttnShape, Bias, Combine, Eltwise, ExpertSel, ExpertTiles, Folds, KvCache,
-    MatSel, MatmulTile, Multi, NormFold, Ops, Region, Step,
+    moe_max_tiles, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, KvCache, MatSel,
+    MatmulTile, Multi, NormFold, Ops, Region, Step,
 };
 pub use weights::GpuWeight;

@@ -224,22 +224,11 @@ pub struct NormFold<'a> {
 /// Work folded into a decode product: an RMSNorm of its input, and adding its results into a
 /// residual stream (`residual[i] += y[i]`, y still written). With a norm, `normed` also receives
 /// the norm's output itself (one vector, from element 0), for later products that read it whole.
-/// With experts, `combine` sums each token's k items (batch item t·k + s, expert ids[t·k + s],
-/// x vector t·k + s) weighted by `combine.weights[t·k + s]` into the token's one output row: the
-/// MoE down product and the weighted combine in one dispatch (one weight part only).
 #[derive(Clone, Copy, Default)]
 pub struct Folds<'a> {
     pub norm: Option<NormFold<'a>>,
     pub residual: Option<&'a wgpu::Buffer>,
     pub normed: Option<&'a wgpu::Buffer>,
-    pub combine: Option<Combine<'a>>,
-}
-
-/// The routing weights of `Folds::combine` ([tokens, k]) and k.
-#[derive(Clone, Copy)]
-pub struct Combine<'a> {
-    pub weights: &'a wgpu::Buffer,
-    pub k: u32,
 }
 
 /// The dispatch of one weight part: outputs j_lo..j_hi read stored rows from `row_base` of it.
@@ -349,8 +338,7 @@ struct MatvecParams {
     norm_offset: u32,
     eps: f32,
     xq_scales: u32,
-    k: u32,
-    _pad: u32,
+    _pad: [u32; 2],
 }
 
 #[repr(C)]
@@ -1140,11 +1128,9 @@ impl Ops {
             bias.is_some(),
             rpl,
         );
-        // The router's product, which writes the norm's output, reads x itself; a combining
-        // product reads each item's own x vector.
+        // The router's product, which writes the norm's output, reads x itself.
         let outputs = sel.out_dim as u32 * batch.max(1);
-        let int8 =
-            self.dot_i8(&[w], false, outputs) && folds.normed.is_none() && folds.combine.is_none();
+        let int8 = self.dot_i8(&[w], false, outputs) && folds.normed.is_none();
         let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
         let quantized = if int8 {
             d.insert("DOT_I8".into(), String::new());
@@ -1171,24 +1157,6 @@ impl Ops {
                 });
             }
             d.insert("NORM_OUT".into(), String::new());
-        }
-        let mut grid_z = batch;
-        if let Some(c) = &folds.combine {
-            let fits = experts.is_some_and(|e| e.x_div <= 1)
-                && c.k > 0
-                && batch.is_multiple_of(c.k)
-                && w.parts.len() == 1
-                && folds.norm.is_none();
-            if !fits {
-                return Err(GpuError::Unsupported {
-                    tensor: w.name.clone(),
-                    reason: "experts combined in their product need one weight part, one x \
-                             vector per item, whole tokens of k items and no norm"
-                        .into(),
-                });
-            }
-            d.insert("COMBINE".into(), String::new());
-            grid_z = batch / c.k;
         }
         let pipe = self.pipeline("matvec.wgsl", &d, "main")?;
         let mrows = w.matrix_rows(sel.input_major);
@@ -1231,8 +1199,7 @@ impl Ops {
                 norm_offset: folds.norm.map(|n| n.offset).unwrap_or(0),
                 eps: folds.norm.map(|n| n.eps).unwrap_or(0.0),
                 xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
-                k: folds.combine.map(|c| c.k).unwrap_or(0),
-                _pad: 0,
+                _pad: [0; 2],
             };
             let ub = self.ctx.uniform("matvec params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = part
@@ -1258,10 +1225,7 @@ impl Ops {
             if let Some(h) = folds.normed {
                 entries.push((10, h));
             }
-            if let Some(c) = &folds.combine {
-                entries.push((11, c.weights));
-            }
-            out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, grid_z]));
+            out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, batch]));
         }
         Ok(with_quantization(quantized, out))
     }

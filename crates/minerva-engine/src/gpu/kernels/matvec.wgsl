@@ -8,9 +8,6 @@
 // the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
 // product; RESIDUAL also adds each result into `resid` (the residual stream); NORM_OUT (with
 // NORM, one vector) also writes the norm's output into `normed`, for products that read it next.
-// COMBINE (with MOE, one weight part, x_div 1) sums a token's k items in one output row: batch
-// index z is the token, its items z·k + s each read their expert's rows and x vector and are
-// weighted by route_w[z·k + s] (the MoE down product and the weighted combine in one).
 // DOT_I8 (Q4_0 and Q8_0 weights) reads x as quantize_x.wgsl wrote it, two int8 terms per part
 // (about 15 bits, any norm applied), and takes integer dot products (unit.wgsl, common.wgsl); it
 // goes without NORM and NORM_OUT.
@@ -38,8 +35,8 @@ struct Params {
     norm_offset: u32,   // NORM: where the norm's weights start in norm_w
     eps: f32,           // NORM
     xq_scales: u32,     // DOT_I8: where the records' scales start in xq (vec4s)
-    k: u32,             // COMBINE: items (experts) per token
-    _pad: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 #ifdef DOT_I8
@@ -63,9 +60,6 @@ struct Params {
 #endif
 #ifdef NORM_OUT
 @group(0) @binding(10) var<storage, read_write> normed: array<f32>;
-#endif
-#ifdef COMBINE
-@group(0) @binding(11) var<storage, read> route_w: array<f32>;
 #endif
 
 const TPR: u32 = WG / RPW;
@@ -113,12 +107,10 @@ fn main(
     var w_row = p.row_base + row * p.row_stride;
     var b_row = row;
 #ifdef MOE
-#ifndef COMBINE
     let e = ids[z];
     live = live && e >= p.expert_first && e < p.expert_first + p.expert_count;
     w_row += (e - p.expert_first) * p.matrix_rows;
     b_row += e * p.bias_stride;
-#endif
 #endif
     let vec_parts = ((p.cols + 31u) / 32u) * 4u;
 #ifdef DOT_I8
@@ -126,37 +118,9 @@ fn main(
 #else
     let xb = p.x_offset + (z / p.x_div) * p.x_stride;
 #endif
+    let at = RowAt(w_row, 0u, xb, row);
     let parts = select(0u, vec_parts, live);
-#ifdef COMBINE
-    // The token's items, each through its expert, summed with their routing weights (lanes sum
-    // their own parts; the row's reduction below adds the lanes once for all items).
-    var lane = vec4<f32>(0.0);
-    var bias_sum = vec4<f32>(0.0);
-    for (var s = 0u; s < p.k; s++) {
-        let item = z * p.k + s;
-        let ex = ids[item];
-        let weight = route_w[item];
-        let item_at = RowAt(
-            p.row_base + row * p.row_stride + ex * p.matrix_rows,
-            0u,
-            p.x_offset + item * p.x_stride,
-            row,
-        );
-        lane += weight * row_parts(item_at, t, parts);
-#ifdef BIAS
-        if (t == 0u && live) {
-            for (var r = 0u; r < min(RPL, p.rows - row); r++) {
-                bias_sum[r] += weight * bias[p.bias_offset + ex * p.bias_stride + row + r];
-            }
-        }
-#endif
-    }
-    let at = RowAt(w_row, 0u, xb, row);
-    let s = row_sum(lane, lid, sg_size, sg_lane);
-#else
-    let at = RowAt(w_row, 0u, xb, row);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
-#endif
 #ifdef NORM_OUT
     // Every lane of a live row has summed x² over all of x: the workgroups whose rows are all
     // live share writing the norm's output (each thread a value or two: a loop over many would
@@ -185,12 +149,8 @@ fn main(
     if (t == 0u && live) {
         for (var r = 0u; r < min(RPL, p.rows - row); r++) {
             var total = finish(row_dot(s, r), s);
-#ifdef COMBINE
-            total += bias_sum[r];
-#else
 #ifdef BIAS
             total += bias[p.bias_offset + b_row + r];
-#endif
 #endif
             let o = p.y_offset + z * p.y_stride + row + r;
             y[o] = total;
