@@ -61,6 +61,12 @@ fn context() -> Option<Arc<GpuContext>> {
     }
 }
 
+/// The dispatches of one vector x through all of `w` into y.
+fn plain_product(ops: &Ops, w: &GpuWeight, x: Region, y: Region) -> Vec<Dispatch> {
+    ops.matvec(w, &MatSel::whole(w), x, y, 1, None, None, Folds::default())
+        .expect("matvec")
+}
+
 /// Times `REPEAT` copies of the dispatches `d` (a product, after the quantization of its x with
 /// int8 x) per submit; reports the time per copy.
 fn time_dispatch(c: &mut Criterion, ctx: &GpuContext, name: &str, d: &[Dispatch]) {
@@ -122,18 +128,12 @@ fn products(c: &mut Criterion) {
         for (wg, rpw, rows_per_lane) in SHAPES {
             ops.set_product_shape(wg, rpw);
             ops.set_rows_per_lane(rows_per_lane);
-            let d = ops
-                .matvec(
-                    &w,
-                    &MatSel::whole(&w),
-                    Region::new(&x, 0, cols as u32),
-                    Region::new(&y, 0, rows as u32),
-                    1,
-                    None,
-                    None,
-                    Folds::default(),
-                )
-                .expect("matvec");
+            let d = plain_product(
+                &ops,
+                &w,
+                Region::new(&x, 0, cols as u32),
+                Region::new(&y, 0, rows as u32),
+            );
             let name = format!(
                 "{} {rows}x{cols} wg {wg} lane groups {rpw} rows per lane {rows_per_lane}",
                 dtype.name()
@@ -150,18 +150,12 @@ fn products(c: &mut Criterion) {
     ops.set_rows_per_lane(2);
     for packed in [false, true] {
         ops.set_packed_f16(packed);
-        let d = ops
-            .matvec(
-                &w,
-                &MatSel::whole(&w),
-                Region::new(&x, 0, cols as u32),
-                Region::new(&y, 0, rows as u32),
-                1,
-                None,
-                None,
-                Folds::default(),
-            )
-            .expect("matvec");
+        let d = plain_product(
+            &ops,
+            &w,
+            Region::new(&x, 0, cols as u32),
+            Region::new(&y, 0, rows as u32),
+        );
         let name = format!(
             "MXFP4 {rows}x{cols} rows per lane 2 packed f16 {}",
             ops.packed_f16()

@@ -1401,13 +1401,7 @@ fn fused_products_over_several_weights() {
             ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
             let got = ctx.read_f32(&yb, 0, 45).unwrap();
             for r in 0..45 {
-                let want = match op {
-                    Eltwise::SwiGlu => g[r] / (1.0 + (-g[r]).exp()) * u[r],
-                    _ => {
-                        let gc = g[r].min(7.0);
-                        (u[r].clamp(-7.0, 7.0) + 1.0) * gc / (1.0 + (-1.702 * gc).exp())
-                    }
-                };
+                let want = glu_reference(op, g[r], u[r]);
                 let tol = 1e-4 * (1.0 + gmag[r]) * (1.0 + umag[r]);
                 assert!(
                     (got[r] - want).abs() <= tol,
@@ -1417,6 +1411,34 @@ fn fused_products_over_several_weights() {
             }
         }
     }
+}
+
+/// SwiGLU, or gpt-oss's clamped GLU, of gate g and up u on the CPU.
+fn glu_reference(op: Eltwise, g: f32, u: f32) -> f32 {
+    match op {
+        Eltwise::SwiGlu => g / (1.0 + (-g).exp()) * u,
+        _ => {
+            let gc = g.min(7.0);
+            (u.clamp(-7.0, 7.0) + 1.0) * gc / (1.0 + (-1.702 * gc).exp())
+        }
+    }
+}
+
+/// Random norm weights in a buffer from element `offset` on, and RMSNorm(x)·g on the CPU (f64).
+fn norm_weights(
+    ctx: &GpuContext,
+    x: &[f32],
+    offset: usize,
+    eps: f32,
+    rng: &mut Rng,
+) -> (wgpu::Buffer, Vec<f32>) {
+    let cols = x.len();
+    let g = rng.vec(cols + offset);
+    let rms = (x.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64 + eps as f64).sqrt();
+    let normed = (0..cols)
+        .map(|c| (x[c] as f64 * g[offset + c] as f64 / rms) as f32)
+        .collect();
+    (ctx.storage_with("norm weights", &g), normed)
 }
 
 /// RMSNorm(x)·g folded into decode products, and results added into a residual stream, against
@@ -1438,14 +1460,9 @@ fn products_fold_the_norm_and_the_residual_add() {
             .map(|s| GpuWeight::upload(&ctx, &s.view(vec![s.rows, cols]), 1).unwrap())
             .collect();
         let x: Vec<f32> = rng.vec(cols).iter().map(|v| 3.0 * v + 0.5).collect();
-        let g = rng.vec(cols + 2);
         let eps = 1e-5;
-        let rms = (x.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64 + eps as f64).sqrt();
-        let normed: Vec<f32> = (0..cols)
-            .map(|c| (x[c] as f64 * g[2 + c] as f64 / rms) as f32)
-            .collect();
+        let (gb, normed) = norm_weights(&ctx, &x, 2, eps, &mut rng);
         let xb = ctx.storage_with("x", &x);
-        let gb = ctx.storage_with("norm weights", &g);
         let norm = Some(NormFold {
             buf: &gb,
             offset: 2,
@@ -1979,14 +1996,9 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
             .map(|s| GpuWeight::upload(&ctx, &s.view(vec![s.rows, cols]), 1).unwrap())
             .collect();
         let x = x_with_zero_unit(cols, &mut rng);
-        let g = rng.vec(cols + 1);
         let eps = 1e-5;
-        let rms = (x.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64 + eps as f64).sqrt();
-        let normed: Vec<f32> = (0..cols)
-            .map(|c| (x[c] as f64 * g[1 + c] as f64 / rms) as f32)
-            .collect();
+        let (gb, normed) = norm_weights(&ctx, &x, 1, eps, &mut rng);
         let xb = ctx.storage_with("x", &x);
-        let gb = ctx.storage_with("norm weights", &g);
         let norm = Some(NormFold {
             buf: &gb,
             offset: 1,
@@ -2069,13 +2081,7 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
                     "{cols} columns, {op:?}: int8 results as the f32 ones"
                 );
                 for r in 0..45 {
-                    let want = match op {
-                        Eltwise::SwiGlu => gt[r] / (1.0 + (-gt[r]).exp()) * ut[r],
-                        _ => {
-                            let gc = gt[r].min(7.0);
-                            (ut[r].clamp(-7.0, 7.0) + 1.0) * gc / (1.0 + (-1.702 * gc).exp())
-                        }
-                    };
+                    let want = glu_reference(op, gt[r], ut[r]);
                     // Both activations are f(g)·h(u) with |f'| ≤ 1.23, |f(g)| ≤ |g|, |h'| ≤ 1
                     // and |h(u)| ≤ |u| + 1.
                     let f32_tol = 1e-4 * (1.0 + gmag[r]) * (1.0 + umag[r]);
