@@ -790,8 +790,8 @@ pub struct Ops {
     /// Decode products' workgroup size and rows per workgroup.
     product_shape: (u32, u32),
     /// Parts in flight per lane: plain products, products reading two weights per part (GLU),
-    /// GLU products of E2M1 weights.
-    in_flight: (u32, u32, u32),
+    /// then both for E2M1 weights.
+    in_flight: (u32, u32, u32, u32),
     /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads; None:
     /// `rows_per_lane` chooses.
     rows_per_lane: Option<u32>,
@@ -823,9 +823,9 @@ pub const INT8_MIN_OUTPUTS: u32 = 16384;
 /// reading two weights per part (GLU; entry 34).
 pub const IN_FLIGHT: (u32, u32) = (4, 2);
 
-/// ... for GLU products of E2M1 weights, whose parts take more registers to decode: one at a
-/// time ran gpt-oss's expert gate/up/activation product faster (benches/GPU.md, entry 57).
-pub const IN_FLIGHT_E2M1_GLU: u32 = 1;
+/// ... for products of E2M1 weights (plain, GLU), whose parts take more registers to decode:
+/// one at a time ran gpt-oss's expert products fastest (benches/GPU.md, entry 57).
+pub const IN_FLIGHT_E2M1: (u32, u32) = (1, 1);
 
 /// Rows each lane of a plain decode product takes, by the product's outputs (rows × batch): its
 /// x values (and the folded norm's weights) are read once for all of them, which speeds up
@@ -845,7 +845,7 @@ impl Ops {
             packed_f16: ctx.caps.packed_f16,
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
-            in_flight: (IN_FLIGHT.0, IN_FLIGHT.1, IN_FLIGHT_E2M1_GLU),
+            in_flight: (IN_FLIGHT.0, IN_FLIGHT.1, IN_FLIGHT_E2M1.0, IN_FLIGHT_E2M1.1),
             rows_per_lane: None,
             int8_products: ctx.int8_products,
             int8_min_outputs: INT8_MIN_OUTPUTS,
@@ -860,10 +860,10 @@ impl Ops {
         self.product_shape = (wg, rows);
     }
 
-    /// Sets how many parts a lane of a decode product loads at once (plain, GLU of any
-    /// weights), for measuring them against each other.
+    /// Sets how many parts a lane of a decode product loads at once (plain, GLU; for every
+    /// dtype), for measuring them against each other.
     pub fn set_in_flight(&mut self, plain: u32, glu: u32) {
-        self.in_flight = (plain.max(1), glu.max(1), glu.max(1));
+        self.in_flight = (plain.max(1), glu.max(1), plain.max(1), glu.max(1));
     }
 
     /// Sets how many rows each lane of a plain decode product takes (1 to 3), for measuring
@@ -967,8 +967,12 @@ impl Ops {
     }
 
     fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool, rpl: u32) -> Defines {
+        let e2m1 = decoder.contains_key("E2M1");
         let mut d = decoder;
         d.extend(self.product_defines(false));
+        if e2m1 {
+            d.insert("IN_FLIGHT".into(), format!("{}u", self.in_flight.2));
+        }
         d.insert("RPL".into(), format!("{rpl}u"));
         if rpl > 1 {
             d.insert("MULTI_ROW".into(), String::new());
@@ -1344,7 +1348,7 @@ impl Ops {
         let glu = matches!(mode, Multi::Glu(_));
         let mut d = self.product_defines(glu);
         if glu && decoders.iter().all(|dec| dec.contains_key("E2M1")) {
-            d.insert("IN_FLIGHT".into(), format!("{}u", self.in_flight.2));
+            d.insert("IN_FLIGHT".into(), format!("{}u", self.in_flight.3));
         }
         if glu && self.takes_packed_f16(&decoders.iter().collect::<Vec<_>>(), flags.norm) {
             // The kernel (common.wgsl: f16 on) and each weight's decoder (its half parts).
