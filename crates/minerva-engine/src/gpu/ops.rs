@@ -889,8 +889,13 @@ impl Ops {
     /// (GLU) of one dtype, and enough outputs that the faster product pays for the quantizing
     /// dispatch (INT8_MIN_OUTPUTS).
     pub fn dot_i8(&self, weights: &[&GpuWeight], one_x: bool, outputs: u32) -> bool {
+        self.int8_weights(weights, one_x) && outputs >= self.int8_min_outputs
+    }
+
+    /// Whether int8 products are on and `weights` can take int8 x at all: every weight Q4_0
+    /// or Q8_0, and with `one_x` (GLU) of one dtype.
+    fn int8_weights(&self, weights: &[&GpuWeight], one_x: bool) -> bool {
         self.int8_products
-            && outputs >= self.int8_min_outputs
             && weights
                 .iter()
                 .all(|w| matches!(w.dtype, DType::Q4_0 | DType::Q8_0))
@@ -904,7 +909,7 @@ impl Ops {
     /// extra dispatch (benches/GPU.md, entry 52).
     pub fn glu_takes_int8(&self, weights: &[&GpuWeight], norm: bool) -> bool {
         let rows = weights.first().map_or(0, |w| w.rows as u32);
-        self.dot_i8(weights, true, if norm { u32::MAX } else { rows })
+        self.int8_weights(weights, true) && (norm || rows >= self.int8_min_outputs)
     }
 
     /// Sets whether decode products of E2M1 weights multiply in packed f16 where the adapter
@@ -946,14 +951,15 @@ impl Ops {
 
     /// Workgroup shape of the decode products, and subgroup reductions where every subgroup
     /// lies within one row's lanes.
-    fn product_defines(&self, glu: bool) -> Defines {
+    fn product_defines(&self, glu: bool, e2m1: bool) -> Defines {
         let (wg, rpw) = self.product_shape;
         let tpr = wg / rpw;
         let caps = self.ctx.caps;
-        let in_flight = if glu {
-            self.in_flight.1
-        } else {
-            self.in_flight.0
+        let in_flight = match (glu, e2m1) {
+            (false, false) => self.in_flight.0,
+            (true, false) => self.in_flight.1,
+            (false, true) => self.in_flight.2,
+            (true, true) => self.in_flight.3,
         };
         let mut d = defines(&[
             ("WG", format!("{wg}u")),
@@ -969,10 +975,7 @@ impl Ops {
     fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool, rpl: u32) -> Defines {
         let e2m1 = decoder.contains_key("E2M1");
         let mut d = decoder;
-        d.extend(self.product_defines(false));
-        if e2m1 {
-            d.insert("IN_FLIGHT".into(), format!("{}u", self.in_flight.2));
-        }
+        d.extend(self.product_defines(false, e2m1));
         d.insert("RPL".into(), format!("{rpl}u"));
         if rpl > 1 {
             d.insert("MULTI_ROW".into(), String::new());
@@ -1346,10 +1349,9 @@ impl Ops {
         flags: MultiFlags,
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let glu = matches!(mode, Multi::Glu(_));
-        let mut d = self.product_defines(glu);
-        if glu && decoders.iter().all(|dec| dec.contains_key("E2M1")) {
-            d.insert("IN_FLIGHT".into(), format!("{}u", self.in_flight.3));
-        }
+        // E2M1's own count was measured for GLU products; q/k/v keep the plain one.
+        let e2m1 = glu && decoders.iter().all(|dec| dec.contains_key("E2M1"));
+        let mut d = self.product_defines(glu, e2m1);
         if glu && self.takes_packed_f16(&decoders.iter().collect::<Vec<_>>(), flags.norm) {
             // The kernel (common.wgsl: f16 on) and each weight's decoder (its half parts).
             for dec in decoders.iter_mut().chain([&mut d]) {
