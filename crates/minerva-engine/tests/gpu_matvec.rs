@@ -1487,6 +1487,7 @@ fn products_fold_the_norm_and_the_residual_add() {
                     norm,
                     residual: Some(&rb),
                     normed: None,
+                    records: None,
                 },
             )
             .unwrap();
@@ -1521,6 +1522,7 @@ fn products_fold_the_norm_and_the_residual_add() {
                         norm,
                         residual: None,
                         normed: Some(&hb),
+                        records: None,
                     },
                 )
                 .unwrap();
@@ -1933,6 +1935,7 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                     }),
                     residual: Some(&rb),
                     normed: None,
+                    records: None,
                 };
                 let xr = Region::new(&xb, 3, cols as u32);
                 let yr = Region::new(&yb, 0, rows as u32);

@@ -334,7 +334,8 @@ fn attention_case(
 }
 
 /// `attention_case`, with single-query steps through `decode_rope` where `fold` (the RoPE and
-/// the cache write in the attention's dispatch; the cache slot written is checked too).
+/// the cache write in the attention's dispatch; the cache slot written is checked too), every
+/// other one also writing its output as int8 records (checked against the output).
 #[allow(clippy::too_many_arguments)]
 fn attention_steps(
     ctx: &Arc<GpuContext>,
@@ -347,7 +348,8 @@ fn attention_steps(
     rope: Option<CaseRope>,
     fold: bool,
 ) {
-    let ops = Ops::new(ctx.clone());
+    let mut ops = Ops::new(ctx.clone());
+    ops.set_int8_products(true);
     let mut rng = Rng::new(13 + total as u64);
     let (h_n, kv_n, d) = (
         shape.heads as usize,
@@ -399,6 +401,20 @@ fn attention_steps(
             pos * kv_n * d..(pos + n) * kv_n * d,
         );
         let qb = ctx.storage_with("q", &q[qs.clone()]);
+        let records = match (&rope, fold && n == 1 && pos % 2 == 0) {
+            (Some(_), true) => {
+                let r = ops.attention_records(&shape);
+                // Every shape here groups whole units of 32 outputs per KV head.
+                assert!(
+                    r.is_some() || ctx.caps.max_storage_buffers <= 10,
+                    "{what}: no records"
+                );
+                r
+            }
+            _ => None,
+        };
+        // The output from offset 1, or 0 where the records are written (they cover it all).
+        let o_off = if records.is_some() { 0 } else { 1 };
         let ob = ctx.storage("out", ((n * h_n * d + 1) * 4) as u64);
         ctx.queue.write_buffer(
             &step_buf,
@@ -435,11 +451,12 @@ fn attention_steps(
                     &cache,
                     [&qb, &kb, &vb],
                     r,
-                    Region::new(&ob, 1, 0),
+                    Region::new(&ob, o_off, 0),
                     &scratch,
                     &counters,
                     sink_buf.as_ref().map(|b| Region::new(b, 0, 0)),
                     &step_buf,
+                    records.as_ref(),
                 )
                 .unwrap();
             run(ctx, &[&one]);
@@ -514,13 +531,54 @@ fn attention_steps(
                 0.0,
             );
         }
-        let got = ctx.read_f32(&ob, 1, n * h_n * d).unwrap();
+        let got = ctx.read_f32(&ob, o_off as usize, n * h_n * d).unwrap();
         let want = cpu_attention(&step_q, &rounded(&keys), &vr, pos, &shape, sinks.as_deref());
         assert_close(&format!("{what} at position {pos}"), &got, &want, 2e-4);
+        if let Some(r) = &records {
+            let parts = got.len() / 8;
+            assert_eq!(r.scales() as usize, parts, "{what}: records");
+            let words = ctx.read_u32(r.buffer(), 0, 6 * parts).unwrap();
+            check_records(&format!("{what}: records at {pos}"), &got, &words);
+        }
         // Neither path leaves a count behind for the next dispatch.
         let left = ctx.read_u32(&counters, 0, kv_n).unwrap();
         assert!(left.iter().all(|&c| c == 0), "{what}: counters {left:?}");
         pos += n;
+    }
+}
+
+/// x_quant.wgsl's int8 records of `x` (then their (scale, sum) pairs) as `words`: each part
+/// (values 4j.. and 16 + 4j.. of a unit of 32) with scale max|v| / 127, its values within
+/// scale / 508 of x, and its sum Σ (coarse + fine / 254).
+fn check_records(what: &str, x: &[f32], words: &[u32]) {
+    let parts = x.len() / 8;
+    let byte = |w: u32, k: usize| ((w >> (8 * k)) & 0xFF) as u8 as i8 as f32;
+    for i in 0..parts {
+        let rec = &words[4 * i..4 * i + 4];
+        let scale = f32::from_bits(words[4 * parts + 2 * i]);
+        let sum = f32::from_bits(words[4 * parts + 2 * i + 1]);
+        let base = (i / 4) * 32 + 4 * (i % 4);
+        let cols: Vec<usize> = (0..8).map(|k| base + k % 4 + 16 * (k / 4)).collect();
+        let amax = cols.iter().map(|&c| x[c].abs()).fold(0.0f32, f32::max);
+        assert!(
+            (scale - amax / 127.0).abs() <= 1e-6 * amax,
+            "{what}: part {i} scale {scale} for max {amax}"
+        );
+        let mut steps = 0.0;
+        for (k, &c) in cols.iter().enumerate() {
+            let t = byte(rec[k / 4], k % 4) + byte(rec[2 + k / 4], k % 4) / 254.0;
+            steps += t;
+            assert!(
+                (scale * t - x[c]).abs() <= scale / 508.0 * 1.02 + 1e-30,
+                "{what}: value {c} {} for {}",
+                scale * t,
+                x[c]
+            );
+        }
+        assert!(
+            (steps - sum).abs() <= 1e-3,
+            "{what}: part {i} sum {sum} for {steps}"
+        );
     }
 }
 

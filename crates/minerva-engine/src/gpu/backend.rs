@@ -8,7 +8,7 @@ use super::context::{GpuContext, GpuOptions, PendingRead};
 use super::error::{GpuError, GpuResult};
 use super::ops::{
     moe_max_tiles, select_scratch_len, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds,
-    KvCache, MatSel, Multi, NormFold, Ops, Region, Rotary, Step,
+    KvCache, MatSel, Multi, NormFold, Ops, Region, Rotary, Step, XRecords,
 };
 use super::pipelines::Dispatch;
 use super::weights::GpuWeight;
@@ -68,15 +68,33 @@ struct Deferred {
 }
 
 /// The last op recorded, when it was one decode product through `linear` (input, layer, output,
-/// folded norm, its dispatch count, the pending length after it): an add of its output into
-/// another buffer right after it becomes part of it (`Folds::residual`).
-#[derive(Clone, Copy)]
+/// folded norm, the int8 records of x it reads, its dispatch count, the pending length after
+/// it): an add of its output into another buffer right after it becomes part of it
+/// (`Folds::residual`).
+#[derive(Clone)]
 struct LastProduct {
     x: BufId,
     lin: Linear,
     out: BufId,
     norm: Option<Deferred>,
+    records: Option<XRecords>,
     count: usize,
+    at: usize,
+}
+
+/// The last op recorded, when it was the decode attention with RoPE and the cache write folded
+/// in, on a shape whose merge can write int8 records (`Ops::writes_records`): its operands,
+/// its key, and the pending length after it. An int8 product of `out` right after it has it
+/// write the records and reads them (`Folds::records`) instead of quantizing `out` itself.
+#[derive(Clone, Copy)]
+struct LastAttention {
+    qkv: [BufId; 3],
+    kv: KvId,
+    out: BufId,
+    shape: AttnShape,
+    rope: QkRope,
+    sinks: Option<(u32, u32)>,
+    key: u64,
     at: usize,
 }
 
@@ -139,6 +157,7 @@ pub struct GpuBackend {
     products: Option<Products>,
     last_product: Option<LastProduct>,
     last_combine: Option<LastCombine>,
+    last_attention: Option<LastAttention>,
     deferred: Option<Deferred>,
     ids: wgpu::Buffer,
     ids_len: usize,
@@ -185,6 +204,7 @@ impl GpuBackend {
             last_qk_rope: None,
             products: None,
             last_product: None,
+            last_attention: None,
             last_combine: None,
             deferred: None,
             ids,
@@ -231,6 +251,7 @@ impl GpuBackend {
         self.products = None;
         self.last_product = None;
         self.last_combine = None;
+        self.last_attention = None;
     }
 
     /// Dispatches the deferred norm, if any, where it was recorded.
@@ -276,6 +297,9 @@ impl GpuBackend {
         }
         if let Some(c) = &mut self.last_combine {
             shift(&mut c.at);
+        }
+        if let Some(a) = &mut self.last_attention {
+            shift(&mut a.at);
         }
         Ok(())
     }
@@ -442,11 +466,13 @@ impl GpuBackend {
 
     /// Records `out = x · Wᵀ + b` over `n` rows, x and out given as (buffer id, scratch name).
     fn linear(&mut self, x: Src, lin: &Linear, out: Src, n: usize) -> Result<()> {
-        self.linear_folded(x, lin, out, n, None, None)
+        self.linear_folded(x, lin, out, n, None, None, None)
     }
 
     /// `linear`, where a decode product may fold in a deferred norm of x (x is then the norm's
-    /// output; the product reads its input) and add its results into `residual`.
+    /// output; the product reads its input), read x as the int8 `records` that the kernel
+    /// before it wrote, and add its results into `residual`.
+    #[allow(clippy::too_many_arguments)]
     fn linear_folded(
         &mut self,
         x: Src,
@@ -454,6 +480,7 @@ impl GpuBackend {
         out: Src,
         n: usize,
         norm: Option<Deferred>,
+        records: Option<&XRecords>,
         residual: Option<BufId>,
     ) -> Result<()> {
         let bias = match &lin.bias {
@@ -469,6 +496,7 @@ impl GpuBackend {
             norm.map(|d| d.x),
             norm.map(|d| d.weight),
             norm.map(|d| d.eps),
+            records.is_some(),
             residual
         );
         let sel = self.sel(&lin.w);
@@ -493,6 +521,7 @@ impl GpuBackend {
                     None => None,
                 },
                 normed: None,
+                records,
             };
             Ok(if n == 1 {
                 s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?
@@ -607,6 +636,7 @@ macro_rules! key_by_hash {
 }
 key_by_hash!(
     str,
+    u64,
     usize,
     u32,
     bool,
@@ -1164,7 +1194,27 @@ impl Backend for GpuBackend {
             p.scale,
             rope.map(|r| r.rope)
         );
-        let fold = rope.is_some_and(|r| self.ops.folds_rope(&shape, r.rope.dim as u32, p.n as u32));
+        let fold = rope.filter(|r| self.ops.folds_rope(&shape, r.rope.dim as u32, p.n as u32));
+        if let Some(r) = fold {
+            let a = LastAttention {
+                qkv: [q, k, v],
+                kv,
+                out,
+                shape,
+                rope: r,
+                sinks,
+                key,
+                at: 0,
+            };
+            self.record_decode_rope(&a, None)?;
+            if self.ops.writes_records(&shape) {
+                self.last_attention = Some(LastAttention {
+                    at: self.pending.len(),
+                    ..a
+                });
+            }
+            return Ok(());
+        }
         self.record(key, |s| {
             let Some(Some(c)) = s.kvs.get(kv.0 as usize) else {
                 return Err(bad(format!("unknown KV cache {}", kv.0)));
@@ -1176,19 +1226,6 @@ impl Backend for GpuBackend {
                 mscale: r.rope.attention_factor,
             });
             let sinks = sinks.map(|(wid, off)| Region::new(s.vector_buf(wid), off, 0));
-            if let (true, Some(r)) = (fold, &rotary) {
-                return Ok(vec![s.ops.decode_rope(
-                    &shape,
-                    &c.cache,
-                    [&s.buf(q)?.buf, &s.buf(k)?.buf, &s.buf(v)?.buf],
-                    r,
-                    Region::new(&s.buf(out)?.buf, 0, 0),
-                    s.src(Src::Scratch("attention"))?,
-                    s.src(Src::Scratch("counters"))?,
-                    sinks,
-                    &s.step,
-                )?]);
-            }
             let write = match &rotary {
                 Some(r) => s.ops.rope_write(
                     &shape,
@@ -1588,7 +1625,7 @@ impl Backend for GpuBackend {
             }
         }
         // Right after the decode product that wrote x: the product adds its results itself.
-        if let Some(lp) = self.last_product {
+        if let Some(lp) = self.last_product.take() {
             let reads_acc = lp.x == acc || lp.norm.is_some_and(|d| d.x == acc);
             if lp.out == x && lp.at == self.pending.len() && n == 1 && !reads_acc {
                 self.pending.truncate(self.pending.len() - lp.count);
@@ -1598,6 +1635,7 @@ impl Backend for GpuBackend {
                     Src::Buf(lp.out),
                     1,
                     lp.norm,
+                    lp.records.as_ref(),
                     Some(acc),
                 );
             }
@@ -1753,19 +1791,90 @@ impl GpuBackend {
         n: usize,
         norm: Option<Deferred>,
     ) -> Result<()> {
+        let records = self.attention_writing_records(x, lin, n, norm)?;
         let before = self.pending.len();
-        self.linear_folded(Src::Buf(x), lin, Src::Buf(out), n, norm, None)?;
+        self.linear_folded(
+            Src::Buf(x),
+            lin,
+            Src::Buf(out),
+            n,
+            norm,
+            records.as_ref(),
+            None,
+        )?;
         if n == 1 {
             self.last_product = Some(LastProduct {
                 x,
                 lin: *lin,
                 out,
                 norm,
+                records,
                 count: self.pending.len() - before,
                 at: self.pending.len(),
             });
         }
         Ok(())
+    }
+
+    /// For a decode product of x right after the decode attention that wrote x, where the
+    /// weight takes int8 x: that attention again, writing its output as int8 records too, and
+    /// the records for the product to read (no quantizing dispatch).
+    fn attention_writing_records(
+        &mut self,
+        x: BufId,
+        lin: &Linear,
+        n: usize,
+        norm: Option<Deferred>,
+    ) -> Result<Option<XRecords>> {
+        let Some(a) = self.last_attention else {
+            return Ok(None);
+        };
+        if a.out != x || a.at != self.pending.len() || n != 1 || norm.is_some() {
+            return Ok(None);
+        }
+        if !self.ops.takes_records(self.weight(lin.w.weight)?) {
+            return Ok(None);
+        }
+        let Some(records) = self.ops.attention_records(&a.shape) else {
+            return Ok(None);
+        };
+        self.pending.pop();
+        self.record_decode_rope(&a, Some(&records))?;
+        Ok(Some(records))
+    }
+
+    /// Records the decode attention with RoPE and the cache write folded in
+    /// (`Ops::decode_rope`), with `records` also writing its output as int8 records.
+    fn record_decode_rope(&mut self, a: &LastAttention, records: Option<&XRecords>) -> Result<()> {
+        let key = key!(a.key, records.is_some());
+        self.record(key, |s| {
+            let Some(Some(c)) = s.kvs.get(a.kv.0 as usize) else {
+                return Err(bad(format!("unknown KV cache {}", a.kv.0)));
+            };
+            let r = a.rope.rope;
+            let rotary = Rotary {
+                freq: s.vector_buf(a.rope.freq),
+                rot_dim: r.dim as u32,
+                halves: r.style == RopeStyle::Halves,
+                mscale: r.attention_factor,
+            };
+            let sinks = a
+                .sinks
+                .map(|(wid, off)| Region::new(s.vector_buf(wid), off, 0));
+            let [q, k, v] = a.qkv;
+            Ok(vec![s.ops.decode_rope(
+                &a.shape,
+                &c.cache,
+                [&s.buf(q)?.buf, &s.buf(k)?.buf, &s.buf(v)?.buf],
+                &rotary,
+                Region::new(&s.buf(a.out)?.buf, 0, 0),
+                s.src(Src::Scratch("attention"))?,
+                s.src(Src::Scratch("counters"))?,
+                sinks,
+                &s.step,
+                records,
+            )?])
+        })
     }
 
     /// The router's decode product over the input of the deferred norm `d` (whose output is
@@ -1791,8 +1900,8 @@ impl GpuBackend {
             });
             let folds = Folds {
                 norm: Some(s.norm_fold(&d)),
-                residual: None,
                 normed: Some(&s.buf(x)?.buf),
+                ..Folds::default()
             };
             let w = s.weight(router.w.weight)?;
             Ok(s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?)

@@ -44,7 +44,7 @@ fn multi_weight_entries(i: usize, part: &WeightPart) -> Vec<(u32, &wgpu::Buffer)
 /// A product's dispatches behind the quantization of its x, if it has one.
 fn with_quantization(quantized: Option<QuantizedX>, products: Vec<Dispatch>) -> Vec<Dispatch> {
     quantized
-        .map(|q| q.dispatch)
+        .and_then(|q| q.dispatch)
         .into_iter()
         .chain(products)
         .collect()
@@ -229,6 +229,9 @@ pub struct Folds<'a> {
     pub norm: Option<NormFold<'a>>,
     pub residual: Option<&'a wgpu::Buffer>,
     pub normed: Option<&'a wgpu::Buffer>,
+    /// x as int8 records that the kernel producing it wrote (`takes_records` weights, one
+    /// vector, no norm): the product reads them with no quantizing dispatch.
+    pub records: Option<&'a XRecords>,
 }
 
 /// The dispatch of one weight part: outputs j_lo..j_hi read stored rows from `row_base` of it.
@@ -478,7 +481,7 @@ struct AttnParams {
     rot_dim: u32,
     halves: u32,
     mscale: f32,
-    _pad: u32,
+    xq_scales: u32,
 }
 
 #[repr(C)]
@@ -763,12 +766,32 @@ impl KvCache {
     }
 }
 
-/// x quantized for the int8 decode products (`Ops::quantize_x`): the dispatch that writes it,
-/// the buffer of its records and where their scales start in it (vec4s).
-struct QuantizedX {
-    dispatch: Dispatch,
+/// x as int8 records (x_quant.wgsl) for the int8 decode products: the buffer of its records
+/// and where their scales start in it (vec4s). The decode attention writes its output so
+/// (`Ops::writes_records`) for the product that reads it next (`Folds::records`).
+#[derive(Clone)]
+pub struct XRecords {
     buf: wgpu::Buffer,
     scales: u32,
+}
+
+impl XRecords {
+    /// The buffer holding the records, then their (scale, sum) pairs.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buf
+    }
+
+    /// Where the (scale, sum) pairs start in `buffer`, in records (16 bytes each).
+    pub fn scales(&self) -> u32 {
+        self.scales
+    }
+}
+
+/// x quantized for an int8 decode product: the dispatch that writes it (`Ops::quantize_x`;
+/// none where the kernel producing x wrote the records) and the records.
+struct QuantizedX {
+    dispatch: Option<Dispatch>,
+    records: XRecords,
 }
 
 /// Threads per workgroup of `quantize_x.wgsl` (WG there), one per part of 8 values.
@@ -1083,37 +1106,69 @@ impl Ops {
         vectors: u32,
         norm: Option<NormFold>,
     ) -> GpuResult<QuantizedX> {
-        let mut d = defines(&[("DOT_I8", String::new())]);
+        let mut d = defines(&[("DOT_I8", String::new()), ("XQ_OUT", String::new())]);
         if norm.is_some() {
             d.insert("NORM".into(), String::new());
         }
         let pipe = self.pipeline("quantize_x.wgsl", &d, "main")?;
         let parts = cols.div_ceil(32) * 4;
-        // Records of 16 bytes, then two parts' scales per 16 bytes.
-        let records = parts * vectors;
-        let buf = self.scratch_buffer("int8 x", (records + records / 2) as u64 * 16);
+        let records = self.records_buffer(parts * vectors);
         let params = QuantizeParams {
             cols,
             parts,
             x_offset: x.offset,
             x_stride: x.stride,
-            scales: records,
+            scales: records.scales,
             norm_offset: norm.map(|n| n.offset).unwrap_or(0),
             eps: norm.map(|n| n.eps).unwrap_or(0.0),
             _pad: 0,
         };
         let ub = self.ctx.uniform("quantize params", &params);
-        let mut entries = vec![(0, x.buf), (1, &buf), (2, &ub)];
+        let mut entries = vec![(0, x.buf), (1, &records.buf), (2, &ub)];
         if let Some(n) = &norm {
             entries.push((3, n.buf));
         }
         let groups = [parts.div_ceil(QUANTIZE_WG), vectors, 1];
         let dispatch = self.dispatch(pipe, &entries, groups);
         Ok(QuantizedX {
-            dispatch,
-            buf,
-            scales: records,
+            dispatch: Some(dispatch),
+            records,
         })
+    }
+
+    /// Room for `parts` int8 records (16 bytes each, then two parts' scales per 16 bytes) in
+    /// the scratch buffer every int8 product shares: a product's quantization (or the kernel
+    /// writing its records) and its own dispatch follow each other, and wgpu orders
+    /// dispatches that write and read one buffer.
+    fn records_buffer(&self, parts: u32) -> XRecords {
+        XRecords {
+            buf: self.scratch_buffer("int8 x", (parts + parts / 2) as u64 * 16),
+            scales: parts,
+        }
+    }
+
+    /// Where the decode attention of `shape` writes its output as int8 records, if it can
+    /// (`writes_records`).
+    pub fn attention_records(&self, shape: &AttnShape) -> Option<XRecords> {
+        self.writes_records(shape)
+            .then(|| self.records_buffer(shape.heads * shape.head_dim / 8))
+    }
+
+    /// Whether the decode attention (`decode_rope`) of `shape` can write its output as int8
+    /// records: int8 products on, each KV head's group of outputs whole units of 32 that its
+    /// merging workgroup holds (≤ 2048 values), and a binding to spare.
+    pub fn writes_records(&self, shape: &AttnShape) -> bool {
+        let group = shape.group() * shape.head_dim;
+        self.int8_products
+            && group.is_multiple_of(32)
+            && group <= 2048
+            && self.ctx.caps.max_storage_buffers > DECODE_ROPE_BUFFERS
+    }
+
+    /// Whether a decode product of `w` can read x as records another kernel wrote
+    /// (`Folds::records`).
+    pub fn takes_records(&self, w: &GpuWeight) -> bool {
+        self.int8_weights(&[w], false)
     }
 
     /// y[z] = W · x[z] (+ bias) for `batch` vectors over the outputs `sel` picks; with
@@ -1144,7 +1199,24 @@ impl Ops {
         let outputs = sel.out_dim as u32 * batch.max(1);
         let int8 = self.dot_i8(&[w], false, outputs) && folds.normed.is_none();
         let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
-        let quantized = if int8 {
+        let quantized = if let Some(records) = folds.records {
+            if !self.takes_records(w)
+                || batch != 1
+                || experts.is_some()
+                || folds.norm.is_some()
+                || folds.normed.is_some()
+            {
+                return Err(GpuError::Unsupported {
+                    tensor: w.name.clone(),
+                    reason: "int8 records of x for a product that cannot take them".into(),
+                });
+            }
+            d.insert("DOT_I8".into(), String::new());
+            Some(QuantizedX {
+                dispatch: None,
+                records: records.clone(),
+            })
+        } else if int8 {
             d.insert("DOT_I8".into(), String::new());
             let vectors = (batch.max(1) - 1) / x_div + 1;
             Some(self.quantize_x(x, sel.in_dim as u32, vectors, folds.norm)?)
@@ -1210,7 +1282,7 @@ impl Ops {
                 bias_offset: bias.map(|b| b.offset).unwrap_or(0) + r.j_lo as u32,
                 norm_offset: folds.norm.map(|n| n.offset).unwrap_or(0),
                 eps: folds.norm.map(|n| n.eps).unwrap_or(0.0),
-                xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
+                xq_scales: quantized.as_ref().map(|q| q.records.scales).unwrap_or(0),
                 _pad: [0; 2],
             };
             let ub = self.ctx.uniform("matvec params", &params);
@@ -1220,7 +1292,7 @@ impl Ops {
                 .enumerate()
                 .map(|(i, b)| (i as u32, b))
                 .collect();
-            let xbuf = quantized.as_ref().map(|q| &q.buf).unwrap_or(x.buf);
+            let xbuf = quantized.as_ref().map(|q| &q.records.buf).unwrap_or(x.buf);
             entries.extend([(3, xbuf), (4, y.buf), (5, &ub)]);
             if let Some(e) = &experts {
                 entries.push((6, e.ids));
@@ -1318,7 +1390,7 @@ impl Ops {
             norm_offset: norm.map(|n| n.offset).unwrap_or(0),
             eps: norm.map(|n| n.eps).unwrap_or(0.0),
             bias_offsets: std::array::from_fn(|i| biases.get(i).map(|b| b.offset).unwrap_or(0)),
-            xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
+            xq_scales: quantized.as_ref().map(|q| q.records.scales).unwrap_or(0),
             ..MultiParams::whole(used, cols, x.offset, gx)
         };
         let ub = self.ctx.uniform("multi params", &params);
@@ -1326,7 +1398,10 @@ impl Ops {
         for (i, w) in weights.iter().enumerate() {
             entries.extend(multi_weight_entries(i, &w.parts[0]));
         }
-        entries.push((30, quantized.as_ref().map(|q| &q.buf).unwrap_or(x.buf)));
+        entries.push((
+            30,
+            quantized.as_ref().map(|q| &q.records.buf).unwrap_or(x.buf),
+        ));
         for (i, o) in outs.iter().enumerate() {
             entries.push((31 + i as u32, o));
         }
@@ -1481,14 +1556,14 @@ impl Ops {
                 y_stride: y.stride,
                 expert_first: (gp.first_row / stored) as u32,
                 expert_count: (gp.rows / stored) as u32,
-                xq_scales: quantized.as_ref().map(|q| q.scales).unwrap_or(0),
+                xq_scales: quantized.as_ref().map(|q| q.records.scales).unwrap_or(0),
                 ..MultiParams::whole([rows, 0, 0], gs.in_dim as u32, x.offset, gx)
             };
             let ub = self.ctx.uniform("glu experts params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
             entries.extend(multi_weight_entries(0, gp));
             entries.extend(multi_weight_entries(1, up));
-            let xbuf = quantized.as_ref().map(|q| &q.buf).unwrap_or(x.buf);
+            let xbuf = quantized.as_ref().map(|q| &q.records.buf).unwrap_or(x.buf);
             entries.extend([(30, xbuf), (31, y.buf), (34, &ub), (39, experts.ids)]);
             if let Some([bg, bu]) = &biases {
                 entries.extend([(36, bg.buf), (37, bu.buf)]);
@@ -2214,7 +2289,9 @@ impl Ops {
     /// [heads, head_dim] and k [kv_heads, head_dim] unturned from offset 0 of their buffers,
     /// and v; every split turns q as it loads it, the split holding the step's key turns k and
     /// stores it with v at the step's slot; q and k are left turned in place, as `rope_write`
-    /// leaves them. `scratch` and `counters` as `attention`.
+    /// leaves them. `scratch` and `counters` as `attention`. With `records` (from
+    /// `attention_records`, the output at offset 0) the output is also written as int8 records
+    /// there, for the product reading it next.
     #[allow(clippy::too_many_arguments)]
     pub fn decode_rope(
         &self,
@@ -2227,25 +2304,41 @@ impl Ops {
         counters: &wgpu::Buffer,
         sinks: Option<Region>,
         step: &wgpu::Buffer,
+        records: Option<&XRecords>,
     ) -> GpuResult<Dispatch> {
-        if !self.folds_rope(shape, rotary.rot_dim, 1) {
+        if !self.folds_rope(shape, rotary.rot_dim, 1)
+            || (records.is_some() && (!self.writes_records(shape) || out.offset != 0))
+        {
             return Err(GpuError::Validation(format!(
-                "decode_rope: {} rotated dims of {} heads of {} over {} KV heads",
-                rotary.rot_dim, shape.heads, shape.head_dim, shape.kv_heads
+                "decode_rope: {} rotated dims of {} heads of {} over {} KV heads{}",
+                rotary.rot_dim,
+                shape.heads,
+                shape.head_dim,
+                shape.kv_heads,
+                if records.is_some() {
+                    ", writing int8 records"
+                } else {
+                    ""
+                }
             )));
         }
         let mut d = self.decode_defines(shape, self.attn_defines(cache, sinks.is_some()));
         d.insert("DEC_ROPE".into(), String::new());
+        if records.is_some() {
+            d.insert("DEC_XQ".into(), String::new());
+            d.insert("XQ_OUT".into(), String::new());
+        }
         let pipe = self.pipeline("attention.wgsl", &d, "decode")?;
         let offsets = AttnOffsets {
             out: out.offset,
             sinks: sinks.map(|r| r.offset).unwrap_or(0),
             ..AttnOffsets::default()
         };
-        let ub = self.ctx.uniform(
-            "decode+rope params",
-            &self.attn_params(shape, 1, offsets, Some(rotary)),
-        );
+        let params = AttnParams {
+            xq_scales: records.map(|r| r.scales).unwrap_or(0),
+            ..self.attn_params(shape, 1, offsets, Some(rotary))
+        };
+        let ub = self.ctx.uniform("decode+rope params", &params);
         let [q, k, v] = qkv;
         let mut entries = vec![
             (0, &ub),
@@ -2262,6 +2355,9 @@ impl Ops {
         ];
         if let Some(s) = sinks {
             entries.push((7, s.buf));
+        }
+        if let Some(r) = records {
+            entries.push((16, &r.buf));
         }
         let groups = [shape.splits(1), shape.kv_heads, 1];
         Ok(self.dispatch(pipe, &entries, groups))
@@ -2314,7 +2410,7 @@ impl Ops {
             rot_dim: rotary.map(|r| r.rot_dim).unwrap_or(0),
             halves: rotary.is_some_and(|r| r.halves) as u32,
             mscale: rotary.map(|r| r.mscale).unwrap_or(1.0),
-            _pad: 0,
+            xq_scales: 0,
         }
     }
 

@@ -22,6 +22,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("blocks_mlx.wgsl", include_str!("kernels/blocks_mlx.wgsl")),
     ("matvec.wgsl", include_str!("kernels/matvec.wgsl")),
     ("quantize_x.wgsl", include_str!("kernels/quantize_x.wgsl")),
+    ("x_quant.wgsl", include_str!("kernels/x_quant.wgsl")),
     ("x_read.wgsl", include_str!("kernels/x_read.wgsl")),
     ("unit.wgsl", include_str!("kernels/unit.wgsl")),
     ("product.wgsl", include_str!("kernels/product.wgsl")),

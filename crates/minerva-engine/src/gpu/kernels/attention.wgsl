@@ -16,7 +16,9 @@
 //               shape (DEC_GQ heads per KV head, DEC_D8 octets per head), head_dim a multiple
 //               of 8. With DEC_ROPE it also does rope_write's work for its one query: q and k
 //               arrive unturned, every split turns q as it loads it, and the split holding the
-//               step's own key turns k and stores it with v at the step's slot.
+//               step's own key turns k and stores it with v at the step's slot. With DEC_XQ
+//               the merge also writes its outputs as int8 records (x_quant.wgsl), so that the
+//               int8 product reading them next needs no quantizing dispatch.
 //   attend_tiled  several queries (head_dim ≤ TD): workgroup (row tile, KV head) takes TR rows
 //               (query, query head of the KV head) and walks their keys TB at a time, each block
 //               of keys and values staged in workgroup memory once for all TR rows, with a
@@ -41,7 +43,7 @@ struct Params {
     rot_dim: u32,     // rope_write: rotated dims at the start of each head (≤ head_dim)
     halves: u32,      // rope_write: pairs (i, i + rot_dim / 2), else (2i, 2i + 1)
     mscale: f32,      // rope_write: factor on the turned values (YaRN; 1 otherwise)
-    _pad: u32,
+    xq_scales: u32,   // decode with DEC_XQ: where the records' scales start in xq (vec4s)
 }
 
 struct Step {
@@ -76,6 +78,11 @@ struct Step {
 @group(0) @binding(11) var<storage, read_write> qt: array<f32>;
 @group(0) @binding(12) var<storage, read_write> kt: array<f32>;
 @group(0) @binding(13) var<storage, read> freq: array<f32>;
+#ifdef DEC_XQ
+// decode: the output also as x_quant.wgsl's records, for an int8 product reading it next.
+@group(0) @binding(16) var<storage, read_write> xq: array<vec4<u32>>;
+#include "x_quant.wgsl"
+#endif
 
 const CHUNK: u32 = 256u;
 const WG: u32 = 64u;
@@ -812,6 +819,9 @@ fn merge(g: u32, used: u32, lid: u32, sg_size: u32) {
         let e = lid + DWG * o;
         if (e < GQ * d) {
             out[p.out_offset + h0 * d + e] = a[o];
+#ifdef DEC_XQ
+            dsum[e / 4u][e % 4u] = a[o];
+#endif
 #ifdef DEC_ROPE
             // q turned in place, as rope_write leaves it: every split of g has loaded it.
             let i = e % d;
@@ -819,6 +829,16 @@ fn merge(g: u32, used: u32, lid: u32, sg_size: u32) {
 #endif
         }
     }
+#ifdef DEC_XQ
+    // The group's GQ · d outputs (whole units of 32: Ops::writes_records) as records of the
+    // vector's parts, one part (vec4s j and j + 4 of a unit) per thread; dsum was last read
+    // before the count of finished splits.
+    workgroupBarrier();
+    for (var i = lid; i < GQ * D8; i += DWG) {
+        let u = (i / 4u) * 8u + i % 4u;
+        store_record(h0 * D8 + i, p.xq_scales, quantize_part(dsum[u], dsum[u + 4u]), 1.0);
+    }
+#endif
 }
 #endif
 

@@ -18,27 +18,7 @@ struct XPart {
 }
 
 #ifdef DOT_I8
-// A part's x values as two int8 terms, quantized once per vector (quantize_x.wgsl): with scale
-// s = max|v| / 127 over the part's 8 values and t = v / s, coarse = round(t) and
-// fine = round(254 · t) - 254 · coarse, the rounded remainder in [-127, 127], so
-// v = s · (coarse + fine / 254) within s / 508: about 15 bits of each value where one int8 holds
-// 8 (whose error, 1/254 of a part's max|v|, moved greedy logits by 0.04-0.07). A part holds
-// vec4s j and j + 4 of its unit whatever the weight's dtype, so one quantized x serves Q4_0 and
-// Q8_0 weights alike. q: the coarse term's two vec4s as packed bytes, then the fine term's;
-// scale: s (times 1 / rms(x) where the quantization applied a norm); sum: Σ (coarse + fine / 254)
-// over the part, which Q4_0's offset of 8 per nibble multiplies.
-struct XQuant {
-    q: vec4<u32>,
-    scale: f32,
-    sum: f32,
-}
-
-// A part's integer dot products with the coarse and fine terms as one float, in x's steps.
-// Plain conversions: a bias trick (n + 1.5·2^23 read as a float, minus 1.5·2^23) loses the
-// low bits where a compiler reassociates the subtraction with the sum (common.wgsl, bytes4).
-fn join_terms(coarse: i32, fine: i32) -> f32 {
-    return f32(coarse) + f32(fine) * (1.0 / 254.0);
-}
+#include "x_quant.wgsl"
 #endif
 
 fn f16_bits(h: u32) -> f32 {

@@ -30,34 +30,6 @@ struct Params {
 
 const WG: u32 = 64u;
 
-// Four values rounded to the nearest integers.
-fn rounded(v: vec4<f32>) -> vec4<i32> {
-    return vec4<i32>(round(v));
-}
-
-// Σ of the four int8 values packed in a word.
-fn byte_sum(w: u32) -> i32 {
-    return dot4I8Packed(w, 0x01010101u);
-}
-
-// A part's 8 values a, b as two int8 terms with scale max|v| / 127 (see XQuant); the sum
-// counts the values' steps only.
-fn quantize_part(a: vec4<f32>, b: vec4<f32>) -> XQuant {
-    let m = max(abs(a), abs(b));
-    let amax = max(max(m.x, m.y), max(m.z, m.w));
-    // Parts of zeros, or so small that 127 / amax could overflow, contribute nothing.
-    let inv = select(0.0, 127.0 / amax, amax >= 1e-30);
-    let ca = rounded(a * inv);
-    let cb = rounded(b * inv);
-    // The fine term: the remainder of 254 · t after 254 · coarse, in [-127, 127].
-    let inv_fine = 254.0 * inv;
-    let fa = rounded(a * inv_fine) - 254 * ca;
-    let fb = rounded(b * inv_fine) - 254 * cb;
-    let q = vec4<u32>(pack4xI8(ca), pack4xI8(cb), pack4xI8(fa), pack4xI8(fb));
-    let sum = join_terms(byte_sum(q.x) + byte_sum(q.y), byte_sum(q.z) + byte_sum(q.w));
-    return XQuant(q, amax / 127.0, sum);
-}
-
 var<workgroup> partial: array<f32, WG>;
 
 // 1 / rms(x) of the vector at xb, in every thread: called from uniform control flow.
@@ -98,9 +70,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     b *= norm_vec4(c + 16u);
 #endif
     let r = quantize_part(a, b);
-    let g = wid.y * p.parts + i;
-    xq[g] = r.q;
-    let k = 2u * (g & 1u);
-    xq[p.scales + (g >> 1u)][k] = bitcast<u32>(r.scale * scale_by);
-    xq[p.scales + (g >> 1u)][k + 1u] = bitcast<u32>(r.sum);
+    store_record(wid.y * p.parts + i, p.scales, r, scale_by);
 }
