@@ -168,6 +168,7 @@ fn products(c: &mut Criterion) {
         buf: &x,
         offset: 0,
         eps: 1e-5,
+        records: None,
     };
     // The same weight bytes as one plain product of twice the rows, with and without the norm.
     let (rows, cols) = (5632, 2048);

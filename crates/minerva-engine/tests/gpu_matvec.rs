@@ -1467,6 +1467,7 @@ fn products_fold_the_norm_and_the_residual_add() {
             buf: &gb,
             offset: 2,
             eps,
+            records: None,
         });
 
         // One product with the norm folded in, adding into a residual stream.
@@ -1932,6 +1933,7 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
                         buf: &gb,
                         offset: 0,
                         eps,
+                        records: None,
                     }),
                     residual: Some(&rb),
                     normed: None,
@@ -2006,6 +2008,7 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
             buf: &gb,
             offset: 1,
             eps,
+            records: None,
         });
         let xr = Region::new(&xb, 0, 0);
         // Exact products and the bounds of the int8 ones, of weight i against the normed x.
@@ -2055,6 +2058,101 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
             }
             let what = format!("{cols} columns: split output {i}");
             assert_int8_close(&what, &ys[i], &f32_ys[i], &want, &mag, &bound);
+        }
+
+        // The same products reading records that the MoE combine wrote: x as the residual
+        // stream, an expert output of zeros added into it, the norm's weights applied and each
+        // part's Σx² beside the records (XQ_NORM); then one weight alone, with 1 and 3 rows per
+        // lane (the vocabulary product after the last MoE block).
+        let records = ops
+            .combine_records(cols as u32, 1)
+            .expect("combine records");
+        let normed_records = norm.map(|n| NormFold {
+            records: Some(&records),
+            ..n
+        });
+        let zeros = ctx.storage_with("expert out", &vec![0f32; cols]);
+        let one = ctx.storage_with("routing weight", &[1f32]);
+        let combined = ctx.storage("combined", (cols * 4) as u64);
+        let rb = ctx.storage_with("residual", &x);
+        let c = ops
+            .moe_combine(
+                &zeros,
+                &one,
+                &combined,
+                cols as u32,
+                1,
+                1,
+                Some(&rb),
+                normed_records,
+            )
+            .unwrap();
+        let d = ops
+            .matvec_multi(
+                &[&ws[0], &ws[1], &ws[2]],
+                xr,
+                &[&outs[0], &outs[1], &outs[2]],
+                Multi::Split,
+                normed_records,
+                &biases,
+            )
+            .unwrap();
+        assert_eq!(
+            d.len(),
+            1,
+            "{cols} columns: a quantizing dispatch beside the records"
+        );
+        ctx.submit(&[&c, &d[0]]).unwrap();
+        for i in 0..3 {
+            let (mut want, mag, bound) = products(i);
+            for (r, v) in want.iter_mut().enumerate() {
+                *v += bias[biases[i].offset as usize + r];
+            }
+            let got = ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap();
+            let what = format!("{cols} columns: split output {i} from the combine's records");
+            assert_int8_close(&what, &got, &f32_ys[i], &want, &mag, &bound);
+        }
+        for rpl in [1, 3] {
+            let mut one_weight = Ops::new(ctx.clone());
+            one_weight.set_int8_products(true);
+            one_weight.set_rows_per_lane(rpl);
+            let yb = ctx.storage("y", (45 * 4) as u64);
+            let folds = Folds {
+                norm: normed_records,
+                ..Folds::default()
+            };
+            let sel = MatSel::whole(&ws[3]);
+            let yr = Region::new(&yb, 0, 45);
+            let d = one_weight
+                .matvec(&ws[3], &sel, xr, yr, 1, None, None, folds)
+                .unwrap();
+            assert_eq!(
+                d.len(),
+                1,
+                "{cols} columns: a quantizing dispatch beside the records"
+            );
+            ctx.submit(&[&d[0]]).unwrap();
+            let got = ctx.read_f32(&yb, 0, 45).unwrap();
+            let d = exact
+                .matvec(
+                    &ws[3],
+                    &sel,
+                    xr,
+                    yr,
+                    1,
+                    None,
+                    None,
+                    Folds {
+                        norm,
+                        ..Folds::default()
+                    },
+                )
+                .unwrap();
+            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+            let f32_got = ctx.read_f32(&yb, 0, 45).unwrap();
+            let (want, mag, bound) = products(3);
+            let what = format!("{cols} columns: {rpl} rows per lane from the combine's records");
+            assert_int8_close(&what, &got, &f32_got, &want, &mag, &bound);
         }
 
         for (gate, up) in [(0, 4), (3, 5)] {

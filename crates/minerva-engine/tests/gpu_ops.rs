@@ -11,7 +11,7 @@ use gpu_common::*;
 use minerva_engine::backend::Routing;
 use minerva_engine::cpu::route;
 use minerva_engine::gpu::ops::{select_scratch_len, Rotary};
-use minerva_engine::gpu::{AttnShape, Eltwise, GpuContext, KvCache, Ops, Region, Step};
+use minerva_engine::gpu::{AttnShape, Eltwise, GpuContext, KvCache, NormFold, Ops, Region, Step};
 use std::sync::Arc;
 
 fn run(ctx: &GpuContext, d: &[&minerva_engine::gpu::pipelines::Dispatch]) {
@@ -1035,7 +1035,7 @@ fn moe_route_and_combine() {
         let ob = ctx.storage_with("expert out", &outs);
         let yb = ctx.storage("y", (tokens * n * 4) as u64);
         let d = ops
-            .moe_combine(&ob, &wb, &yb, n as u32, k as u32, tokens as u32, None)
+            .moe_combine(&ob, &wb, &yb, n as u32, k as u32, tokens as u32, None, None)
             .unwrap();
         run(&ctx, &[&d]);
         let want: Vec<f32> = (0..tokens * n)
@@ -1056,7 +1056,16 @@ fn moe_route_and_combine() {
         let resid = rng.vec(tokens * n);
         let rb = ctx.storage_with("resid", &resid);
         let d = ops
-            .moe_combine(&ob, &wb, &yb, n as u32, k as u32, tokens as u32, Some(&rb))
+            .moe_combine(
+                &ob,
+                &wb,
+                &yb,
+                n as u32,
+                k as u32,
+                tokens as u32,
+                Some(&rb),
+                None,
+            )
             .unwrap();
         run(&ctx, &[&d]);
         let added: Vec<f32> = resid.iter().zip(&want).map(|(r, w)| r + w).collect();
@@ -1064,6 +1073,64 @@ fn moe_route_and_combine() {
         assert_close("moe combine, y beside the residual", &y, &want, 1e-5);
         let r = ctx.read_f32(&rb, 0, tokens * n).unwrap();
         assert_close("moe combine into the residual", &r, &added, 1e-5);
+    }
+}
+
+/// The MoE combine adding into the residual stream and writing it as the int8 records that the
+/// products after the next RMSNorm read (x times the norm's weights, each part's Σx² beside):
+/// gpt-oss's width (45 whole workgroups) and one whose last workgroup holds a single unit.
+#[test]
+fn moe_combine_writes_normed_int8_records() {
+    let Some(ctx) = shared() else { return };
+    let mut ops = Ops::new(ctx.clone());
+    ops.set_int8_products(true);
+    let mut rng = Rng::new(15);
+    let k = 4usize;
+    for n in [2880usize, 96] {
+        let outs = rng.vec(k * n);
+        let ws = rng.vec(k);
+        let resid = rng.vec(n);
+        let g: Vec<f32> = rng.vec(n + 3).iter().map(|v| 1.0 + 0.5 * v).collect();
+        let (ob, wb, gb) = (
+            ctx.storage_with("expert out", &outs),
+            ctx.storage_with("w", &ws),
+            ctx.storage_with("norm weights", &g),
+        );
+        let rb = ctx.storage_with("resid", &resid);
+        let yb = ctx.storage("y", (n * 4) as u64);
+        let records = ops.combine_records(n as u32, 1).expect("records");
+        let norm = NormFold {
+            buf: &gb,
+            offset: 3,
+            eps: 1e-5,
+            records: Some(&records),
+        };
+        let d = ops
+            .moe_combine(&ob, &wb, &yb, n as u32, k as u32, 1, Some(&rb), Some(norm))
+            .unwrap();
+        run(&ctx, &[&d]);
+        let new: Vec<f32> = (0..n)
+            .map(|i| resid[i] + (0..k).map(|s| ws[s] * outs[s * n + i]).sum::<f32>())
+            .collect();
+        let got = ctx.read_f32(&rb, 0, n).unwrap();
+        assert_close(&format!("{n}: residual"), &got, &new, 1e-5);
+        // The records of the stream as the GPU holds it, times the norm's weights.
+        let scaled: Vec<f32> = (0..n).map(|i| got[i] * g[3 + i]).collect();
+        let parts = n / 8;
+        assert_eq!(records.scales() as usize, parts);
+        let words = ctx.read_u32(records.buffer(), 0, 7 * parts).unwrap();
+        check_records(&format!("{n}: records"), &scaled, &words);
+        for i in 0..parts {
+            let c = (i / 4) * 32 + 4 * (i % 4);
+            let want: f32 = (0..4)
+                .map(|e| got[c + e].powi(2) + got[c + 16 + e].powi(2))
+                .sum();
+            let sq = f32::from_bits(words[6 * parts + i]);
+            assert!(
+                (sq - want).abs() <= 1e-5 * want,
+                "{n}: part {i} Σx² {sq} vs {want}"
+            );
+        }
     }
 }
 

@@ -42,13 +42,15 @@ struct Kv {
 
 /// Consecutive fusable products: their input, (weight, output, bias) triples, the pending length
 /// after their dispatches, how many dispatches they took (with int8 x, the quantization and the
-/// product), and the deferred norm they fold in.
+/// product), the deferred norm they fold in, and the int8 records of their input that the
+/// kernel before them wrote (see `linear_folded`).
 type Products = (
     BufId,
     Vec<(WeightId, BufId, Option<VecRef>)>,
     usize,
     usize,
     Option<Deferred>,
+    Option<XRecords>,
 );
 
 /// An RMSNorm of one row (over whole rows) that was recorded but not dispatched: decode products
@@ -109,6 +111,19 @@ struct LastCombine {
     at: usize,
 }
 
+/// The last op recorded, when it was the MoE combine adding its n tokens of k experts from `x`
+/// into the residual stream `acc`, with the pending length after it: a decode product folding
+/// a norm of `acc` (its weights taking int8 x) right after it has it write the normed records
+/// it reads (`NormFold::records`), so that no quantizing dispatch or f32 norm pass is needed.
+#[derive(Clone, Copy)]
+struct CombineAdd {
+    x: BufId,
+    acc: BufId,
+    k: usize,
+    n: usize,
+    at: usize,
+}
+
 /// A recorded RoPE of q and k together: buffers, parameters, the frequencies' vector, position,
 /// rows, and the pending length after its dispatch.
 #[derive(Clone, Copy)]
@@ -158,6 +173,7 @@ pub struct GpuBackend {
     last_product: Option<LastProduct>,
     last_combine: Option<LastCombine>,
     last_attention: Option<LastAttention>,
+    last_combine_add: Option<CombineAdd>,
     deferred: Option<Deferred>,
     ids: wgpu::Buffer,
     ids_len: usize,
@@ -205,6 +221,7 @@ impl GpuBackend {
             products: None,
             last_product: None,
             last_attention: None,
+            last_combine_add: None,
             last_combine: None,
             deferred: None,
             ids,
@@ -252,6 +269,7 @@ impl GpuBackend {
         self.last_product = None;
         self.last_combine = None;
         self.last_attention = None;
+        self.last_combine_add = None;
     }
 
     /// Dispatches the deferred norm, if any, where it was recorded.
@@ -300,6 +318,9 @@ impl GpuBackend {
         }
         if let Some(a) = &mut self.last_attention {
             shift(&mut a.at);
+        }
+        if let Some(c) = &mut self.last_combine_add {
+            shift(&mut c.at);
         }
         Ok(())
     }
@@ -471,7 +492,8 @@ impl GpuBackend {
 
     /// `linear`, where a decode product may fold in a deferred norm of x (x is then the norm's
     /// output; the product reads its input), read x as the int8 `records` that the kernel
-    /// before it wrote, and add its results into `residual`.
+    /// before it wrote (with a norm: of the norm's input times its weights, `NormFold::records`),
+    /// and add its results into `residual`.
     #[allow(clippy::too_many_arguments)]
     fn linear_folded(
         &mut self,
@@ -515,13 +537,16 @@ impl GpuBackend {
                 expert_stride: 0,
             });
             let folds = Folds {
-                norm: norm.map(|d| s.norm_fold(&d)),
+                norm: norm.map(|d| NormFold {
+                    records,
+                    ..s.norm_fold(&d)
+                }),
                 residual: match residual {
                     Some(r) => Some(&s.buf(r)?.buf),
                     None => None,
                 },
                 normed: None,
-                records,
+                records: records.filter(|_| norm.is_none()),
             };
             Ok(if n == 1 {
                 s.ops.matvec(w, &sel, xr, yr, 1, bias, None, folds)?
@@ -536,6 +561,7 @@ impl GpuBackend {
             buf: self.vector_buf(d.wid),
             offset: d.woff,
             eps: d.eps,
+            records: None,
         }
     }
 
@@ -932,7 +958,11 @@ impl Backend for GpuBackend {
                 eps,
                 at: self.pending.len(),
             });
+            // The MoE combine that added into x stays the last dispatch: the products folding
+            // this norm may have it write their int8 records.
+            let combine = self.last_combine_add.filter(|c| c.acc == x);
             self.forget_peepholes();
+            self.last_combine_add = combine;
             return Ok(());
         }
         let key = key!("norm", x, weight, out, n, group, eps);
@@ -968,29 +998,33 @@ impl Backend for GpuBackend {
             self.deferred = None;
         }
         if n != 1 || !self.fusable(lin) || x == out {
-            return self.single_product(x, lin, out, n, norm);
+            return self.single_product(x, lin, out, n, norm).map(|_| ());
         }
+        // Records of the normed input (matvec_multi takes no others) join a weight that takes
+        // them.
+        let takes_records = self.ops.takes_records(self.weight(lin.w.weight)?);
         let joined = match self.products.take() {
-            Some((px, items, at, count, pnorm))
+            Some((px, items, at, count, pnorm, records))
                 if px == x
                     && pnorm == norm
                     && items.len() < 3
                     && at == self.pending.len()
+                    && (records.is_none() || (takes_records && norm.is_some()))
                     && items
                         .iter()
                         .all(|i| i.1 != out && i.2.is_some() == lin.bias.is_some()) =>
             {
                 self.pending.truncate(at - count);
-                Some(items)
+                Some((items, records))
             }
             _ => None,
         };
         let before = self.pending.len();
-        let Some(mut items) = joined else {
-            self.single_product(x, lin, out, n, norm)?;
+        let Some((mut items, records)) = joined else {
+            let records = self.single_product(x, lin, out, n, norm)?;
             let first = vec![(lin.w.weight, out, lin.bias)];
             let count = self.pending.len() - before;
-            self.products = Some((x, first, self.pending.len(), count, norm));
+            self.products = Some((x, first, self.pending.len(), count, norm, records));
             return Ok(());
         };
         items.push((lin.w.weight, out, lin.bias));
@@ -1005,7 +1039,8 @@ impl Backend for GpuBackend {
             biases.clone(),
             norm.map(|d| d.x),
             norm.map(|d| d.weight),
-            norm.map(|d| d.eps)
+            norm.map(|d| d.eps),
+            records.is_some()
         );
         let list = items.clone();
         self.record(key, |s| {
@@ -1028,12 +1063,15 @@ impl Backend for GpuBackend {
                 Region::new(&s.buf(input)?.buf, 0, 0),
                 &outs,
                 Multi::Split,
-                norm.map(|d| s.norm_fold(&d)),
+                norm.map(|d| NormFold {
+                    records: records.as_ref(),
+                    ..s.norm_fold(&d)
+                }),
                 &biases,
             )?)
         })?;
         let count = self.pending.len() - before;
-        self.products = Some((x, items, self.pending.len(), count, norm));
+        self.products = Some((x, items, self.pending.len(), count, norm, records));
         Ok(())
     }
 
@@ -1271,7 +1309,7 @@ impl Backend for GpuBackend {
         self.check_rows(out, n, Some(cols), "glu")?;
         self.touch(&[gate, up, out])?;
         // Right after the gate and up products of one vector: one dispatch does all three.
-        if let Some((x, items, at, count, norm)) = self.products.take() {
+        if let Some((x, items, at, count, norm, records)) = self.products.take() {
             let pair = items.len() == 2
                 && items[0].1 == gate
                 && items[1].1 == up
@@ -1282,6 +1320,8 @@ impl Backend for GpuBackend {
                 let (gw, uw) = (self.weight(wg)?, self.weight(wu)?);
                 if gw.rows == uw.rows {
                     let int8 = self.ops.glu_takes_int8(&[gw, uw], norm.is_some());
+                    // Records need int8 x of one dtype for both weights.
+                    let records = records.filter(|_| int8);
                     self.pending.truncate(at - count);
                     // Without int8 x the norm is dispatched on its own instead of folded in:
                     // folded, its weights and x² cost this product more than the norm's own
@@ -1304,7 +1344,8 @@ impl Backend for GpuBackend {
                         act,
                         norm.map(|d| d.x),
                         norm.map(|d| d.weight),
-                        norm.map(|d| d.eps)
+                        norm.map(|d| d.eps),
+                        records.is_some()
                     );
                     return self.record(key, |s| {
                         let ws = [s.weight(wg)?, s.weight(wu)?];
@@ -1315,7 +1356,10 @@ impl Backend for GpuBackend {
                             xr,
                             &[&s.buf(out)?.buf],
                             Multi::Glu(op),
-                            norm.map(|d| s.norm_fold(&d)),
+                            norm.map(|d| NormFold {
+                                records: records.as_ref(),
+                                ..s.norm_fold(&d)
+                            }),
                             &[],
                         )?)
                     });
@@ -1526,6 +1570,7 @@ impl Backend for GpuBackend {
                     k as u32,
                     n as u32,
                     None,
+                    None,
                 )?);
                 Ok(d)
             })?;
@@ -1610,18 +1655,17 @@ impl Backend for GpuBackend {
         if let Some(c) = self.last_combine {
             if c.out == x && c.n == n && c.at == self.pending.len() {
                 self.pending.pop();
-                let key = key!("moe combine+add", x, acc, n, c.k);
-                return self.record(key, |s| {
-                    Ok(vec![s.ops.moe_combine(
-                        s.src(Src::Scratch("moe expert out"))?,
-                        s.src(Src::Scratch("moe weights"))?,
-                        &s.buf(x)?.buf,
-                        cols as u32,
-                        c.k as u32,
-                        n as u32,
-                        Some(&s.buf(acc)?.buf),
-                    )?])
-                });
+                let mut a = CombineAdd {
+                    x,
+                    acc,
+                    k: c.k,
+                    n,
+                    at: 0,
+                };
+                self.record_combine_add(&a, None)?;
+                a.at = self.pending.len();
+                self.last_combine_add = Some(a);
+                return Ok(());
             }
         }
         // Right after the decode product that wrote x: the product adds its results itself.
@@ -1782,7 +1826,8 @@ impl Backend for GpuBackend {
 
 impl GpuBackend {
     /// Records one product through `linear` (folding `norm` in) and remembers it, so that an
-    /// add of its output right after it can fold in too.
+    /// add of its output right after it can fold in too. Returns the int8 records of its input
+    /// that the kernel before it was made to write, if any.
     fn single_product(
         &mut self,
         x: BufId,
@@ -1790,8 +1835,11 @@ impl GpuBackend {
         out: BufId,
         n: usize,
         norm: Option<Deferred>,
-    ) -> Result<()> {
-        let records = self.attention_writing_records(x, lin, n, norm)?;
+    ) -> Result<Option<XRecords>> {
+        let records = match self.attention_writing_records(x, lin, n, norm)? {
+            Some(r) => Some(r),
+            None => self.combine_writing_records(lin, n, norm)?,
+        };
         let before = self.pending.len();
         self.linear_folded(
             Src::Buf(x),
@@ -1808,12 +1856,73 @@ impl GpuBackend {
                 lin: *lin,
                 out,
                 norm,
-                records,
+                records: records.clone(),
                 count: self.pending.len() - before,
                 at: self.pending.len(),
             });
         }
-        Ok(())
+        Ok(records)
+    }
+
+    /// Records the MoE combine adding into the residual stream; with `norm` (a deferred norm of
+    /// the stream and the records' room) also writing the normed int8 records.
+    fn record_combine_add(
+        &mut self,
+        a: &CombineAdd,
+        norm: Option<(Deferred, &XRecords)>,
+    ) -> Result<()> {
+        let cols = self.buf(a.acc)?.cols as u32;
+        let key = key!(
+            "moe combine+add",
+            a.x,
+            a.acc,
+            a.n,
+            a.k,
+            norm.map(|(d, _)| d.weight),
+            norm.map(|(d, _)| d.eps)
+        );
+        self.record(key, |s| {
+            Ok(vec![s.ops.moe_combine(
+                s.src(Src::Scratch("moe expert out"))?,
+                s.src(Src::Scratch("moe weights"))?,
+                &s.buf(a.x)?.buf,
+                cols,
+                a.k as u32,
+                a.n as u32,
+                Some(&s.buf(a.acc)?.buf),
+                norm.map(|(d, r)| NormFold {
+                    records: Some(r),
+                    ..s.norm_fold(&d)
+                }),
+            )?])
+        })
+    }
+
+    /// For a decode product folding a norm of the residual stream right after the MoE combine
+    /// that added into it, where the weight takes int8 x: that combine again, also writing
+    /// the stream times the norm's weights as int8 records, and the records for the product.
+    fn combine_writing_records(
+        &mut self,
+        lin: &Linear,
+        n: usize,
+        norm: Option<Deferred>,
+    ) -> Result<Option<XRecords>> {
+        let (Some(c), Some(d)) = (self.last_combine_add, norm) else {
+            return Ok(None);
+        };
+        if c.acc != d.x || c.at != self.pending.len() || n != 1 || c.n != 1 {
+            return Ok(None);
+        }
+        if !self.ops.takes_records(self.weight(lin.w.weight)?) {
+            return Ok(None);
+        }
+        let cols = self.buf(c.acc)?.cols as u32;
+        let Some(records) = self.ops.combine_records(cols, 1) else {
+            return Ok(None);
+        };
+        self.pending.pop();
+        self.record_combine_add(&c, Some((d, &records)))?;
+        Ok(Some(records))
     }
 
     /// For a decode product of x right after the decode attention that wrote x, where the

@@ -213,12 +213,15 @@ pub struct Bias<'a> {
 }
 
 /// An RMSNorm folded into a decode product (product.wgsl): the norm's f32 weights start at
-/// element `offset` of `buf`; the product reads the norm's input as its x.
+/// element `offset` of `buf`; the product reads the norm's input as its x, or with `records`
+/// the norm's input times its weights as int8 records with each part's Σx² (XQ_NORM), which
+/// the kernel producing the input wrote (`Ops::moe_combine`).
 #[derive(Clone, Copy)]
 pub struct NormFold<'a> {
     pub buf: &'a wgpu::Buffer,
     pub offset: u32,
     pub eps: f32,
+    pub records: Option<&'a XRecords>,
 }
 
 /// Work folded into a decode product: an RMSNorm of its input, and adding its results into a
@@ -341,7 +344,8 @@ struct MatvecParams {
     norm_offset: u32,
     eps: f32,
     xq_scales: u32,
-    _pad: [u32; 2],
+    xq_sq: u32,
+    _pad: u32,
 }
 
 #[repr(C)]
@@ -496,7 +500,9 @@ struct MoeParams {
     groups_x: u32,
     tile_tokens: u32,
     max_tiles: u32,
-    _pad: [u32; 3],
+    norm_offset: u32,
+    xq_scales: u32,
+    xq_sq: u32,
 }
 
 #[repr(C)]
@@ -536,7 +542,8 @@ struct MultiParams {
     expert_first: u32,
     expert_count: u32,
     xq_scales: u32,
-    _pad: [u32; 3],
+    xq_sq: u32,
+    _pad: [u32; 2],
 }
 
 impl MultiParams {
@@ -564,7 +571,8 @@ impl MultiParams {
             expert_first: 0,
             expert_count: 0,
             xq_scales: 0,
-            _pad: [0; 3],
+            xq_sq: 0,
+            _pad: [0; 2],
         }
     }
 }
@@ -785,6 +793,11 @@ impl XRecords {
     pub fn scales(&self) -> u32 {
         self.scales
     }
+
+    /// Where the parts' Σx² start (XQ_NORM records of one vector), four per record.
+    pub fn sq_at(&self) -> u32 {
+        self.scales + self.scales / 2
+    }
 }
 
 /// x quantized for an int8 decode product: the dispatch that writes it (`Ops::quantize_x`;
@@ -805,6 +818,8 @@ struct MultiFlags {
     experts: bool,
     /// Int8 x (DOT_I8).
     int8: bool,
+    /// The int8 records hold x times a norm's weights, with each part's Σx² (XQ_NORM).
+    xq_norm: bool,
 }
 
 pub struct Ops {
@@ -1136,13 +1151,15 @@ impl Ops {
         })
     }
 
-    /// Room for `parts` int8 records (16 bytes each, then two parts' scales per 16 bytes) in
+    /// Room for `parts` int8 records (16 bytes each, then two parts' scales per 16 bytes, then
+    /// for XQ_NORM records of one vector four parts' Σx² per 16 bytes) in
     /// the scratch buffer every int8 product shares: a product's quantization (or the kernel
     /// writing its records) and its own dispatch follow each other, and wgpu orders
     /// dispatches that write and read one buffer.
     fn records_buffer(&self, parts: u32) -> XRecords {
+        let vec4s = parts + parts / 2 + parts.div_ceil(4);
         XRecords {
-            buf: self.scratch_buffer("int8 x", (parts + parts / 2) as u64 * 16),
+            buf: self.scratch_buffer("int8 x", vec4s as u64 * 16),
             scales: parts,
         }
     }
@@ -1199,12 +1216,15 @@ impl Ops {
         let outputs = sel.out_dim as u32 * batch.max(1);
         let int8 = self.dot_i8(&[w], false, outputs) && folds.normed.is_none();
         let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
-        let quantized = if let Some(records) = folds.records {
+        // Records another kernel wrote: of x itself, or of the norm's input times its weights.
+        let normed_records = folds.norm.and_then(|n| n.records);
+        let given = folds.records.or(normed_records);
+        let quantized = if let Some(records) = given {
             if !self.takes_records(w)
                 || batch != 1
                 || experts.is_some()
-                || folds.norm.is_some()
                 || folds.normed.is_some()
+                || (folds.records.is_some() && folds.norm.is_some())
             {
                 return Err(GpuError::Unsupported {
                     tensor: w.name.clone(),
@@ -1212,6 +1232,10 @@ impl Ops {
                 });
             }
             d.insert("DOT_I8".into(), String::new());
+            if normed_records.is_some() {
+                d.insert("XQ_NORM".into(), String::new());
+                d.insert("RMS".into(), String::new());
+            }
             Some(QuantizedX {
                 dispatch: None,
                 records: records.clone(),
@@ -1223,6 +1247,7 @@ impl Ops {
         } else {
             if folds.norm.is_some() {
                 d.insert("NORM".into(), String::new());
+                d.insert("RMS".into(), String::new());
             }
             if self.takes_packed_f16(&[&d], folds.norm.is_some()) {
                 d.insert("PACKED_F16".into(), String::new());
@@ -1283,7 +1308,8 @@ impl Ops {
                 norm_offset: folds.norm.map(|n| n.offset).unwrap_or(0),
                 eps: folds.norm.map(|n| n.eps).unwrap_or(0.0),
                 xq_scales: quantized.as_ref().map(|q| q.records.scales).unwrap_or(0),
-                _pad: [0; 2],
+                xq_sq: normed_records.map(|r| r.sq_at()).unwrap_or(0),
+                _pad: 0,
             };
             let ub = self.ctx.uniform("matvec params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = part
@@ -1352,24 +1378,37 @@ impl Ops {
         } else {
             weights.iter().map(|w| w.rows as u32).sum()
         };
-        let int8 = if glu {
+        let given = norm.and_then(|n| n.records);
+        if given.is_some() && !self.int8_weights(weights, glu) {
+            return Err(bad(
+                "int8 records of x for weights that cannot take them".into()
+            ));
+        }
+        let int8 = if given.is_some() {
+            true
+        } else if glu {
             self.glu_takes_int8(weights, norm.is_some())
         } else {
             self.dot_i8(weights, false, rows)
         };
         let cols = weights[0].cols as u32;
-        let quantized = if int8 {
-            Some(self.quantize_x(x, cols, 1, norm)?)
-        } else {
-            None
+        let eps = norm.map(|n| n.eps).unwrap_or(0.0);
+        let quantized = match given {
+            Some(records) => Some(QuantizedX {
+                dispatch: None,
+                records: records.clone(),
+            }),
+            None if int8 => Some(self.quantize_x(x, cols, 1, norm)?),
+            None => None,
         };
-        // With int8 x the quantization applied the norm.
+        // With int8 x the quantization (or the records' writer) applied the norm's weights.
         let norm = norm.filter(|_| !int8);
         let flags = MultiFlags {
             norm: norm.is_some(),
             bias: !biases.is_empty(),
             experts: false,
             int8,
+            xq_norm: given.is_some(),
         };
         let pipe = self.multi_pipeline(decoders, mode, flags)?;
         let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
@@ -1388,9 +1427,10 @@ impl Ops {
             alpha,
             limit,
             norm_offset: norm.map(|n| n.offset).unwrap_or(0),
-            eps: norm.map(|n| n.eps).unwrap_or(0.0),
+            eps,
             bias_offsets: std::array::from_fn(|i| biases.get(i).map(|b| b.offset).unwrap_or(0)),
             xq_scales: quantized.as_ref().map(|q| q.records.scales).unwrap_or(0),
+            xq_sq: given.map(|r| r.sq_at()).unwrap_or(0),
             ..MultiParams::whole(used, cols, x.offset, gx)
         };
         let ub = self.ctx.uniform("multi params", &params);
@@ -1453,12 +1493,15 @@ impl Ops {
             bias,
             experts,
             int8,
+            xq_norm,
         } = flags;
         for (on, f) in [
             (norm, "NORM"),
+            (norm || xq_norm, "RMS"),
             (bias, "BIAS"),
             (experts, "MOE"),
             (int8, "DOT_I8"),
+            (xq_norm, "XQ_NORM"),
         ] {
             if on {
                 flag(f);
@@ -1527,6 +1570,7 @@ impl Ops {
             bias: biases.is_some(),
             experts: true,
             int8,
+            xq_norm: false,
         };
         let pipe = self.multi_pipeline(decoders, Multi::Glu(act), flags)?;
         let mrows = gw.matrix_rows(gs.input_major);
@@ -2517,7 +2561,9 @@ impl Ops {
     }
 
     /// y[t] = Σ_s weights[t, s] · expert_out[t·k + s] over rows of n values, also added into
-    /// `residual` when given.
+    /// `residual` when given. With `norm` (its records from `combine_records`) it also writes
+    /// the new residual times the norm's weights as the int8 records that products folding
+    /// that norm read (`NormFold::records`).
     #[allow(clippy::too_many_arguments)]
     pub fn moe_combine(
         &self,
@@ -2528,16 +2574,30 @@ impl Ops {
         k: u32,
         tokens: u32,
         residual: Option<&wgpu::Buffer>,
+        norm: Option<NormFold>,
     ) -> GpuResult<Dispatch> {
         let mut d = Defines::new();
         if residual.is_some() {
             d.insert("RESIDUAL".into(), String::new());
+        }
+        let records = norm.and_then(|f| f.records.map(|r| (f, r)));
+        if norm.is_some() {
+            if records.is_none() || residual.is_none() || !self.combine_writes_records(n, tokens) {
+                return Err(GpuError::Validation(format!(
+                    "moe combine of {tokens} tokens of {n} values writing int8 records"
+                )));
+            }
+            d.insert("XQ_NORM_OUT".into(), String::new());
+            d.insert("XQ_OUT".into(), String::new());
         }
         let pipe = self.pipeline("moe.wgsl", &d, "combine")?;
         let params = MoeParams {
             k,
             tokens,
             n,
+            norm_offset: norm.map(|f| f.offset).unwrap_or(0),
+            xq_scales: records.map(|(_, r)| r.scales).unwrap_or(0),
+            xq_sq: records.map(|(_, r)| r.sq_at()).unwrap_or(0),
             ..Zeroable::zeroed()
         };
         let ub = self.ctx.uniform("combine params", &params);
@@ -2545,7 +2605,24 @@ impl Ops {
         if let Some(r) = residual {
             entries.push((7, r));
         }
+        if let Some((f, r)) = records {
+            entries.push((8, f.buf));
+            entries.push((9, &r.buf));
+        }
         Ok(self.dispatch(pipe, &entries, [n.div_ceil(64), tokens, 1]))
+    }
+
+    /// Where the MoE combine of `tokens` tokens of `n` values writes its int8 records, if it
+    /// can (`combine_writes_records`).
+    pub fn combine_records(&self, n: u32, tokens: u32) -> Option<XRecords> {
+        self.combine_writes_records(n, tokens)
+            .then(|| self.records_buffer(n / 8))
+    }
+
+    /// Whether the MoE combine can write its new residual as int8 records: int8 products on,
+    /// one token, whole units of 32.
+    fn combine_writes_records(&self, n: u32, tokens: u32) -> bool {
+        self.int8_products && tokens == 1 && n.is_multiple_of(32)
     }
 
     /// The index of the largest value of each of `rows` rows of n values → ids[row] (ties:

@@ -35,7 +35,7 @@ struct Params {
     norm_offset: u32,   // NORM: where the norm's weights start in norm_w
     eps: f32,           // NORM
     xq_scales: u32,     // DOT_I8: where the records' scales start in xq (vec4s)
-    _pad1: u32,
+    xq_sq: u32,         // XQ_NORM: where the parts' Σx² start in xq (vec4s)
     _pad2: u32,
 }
 

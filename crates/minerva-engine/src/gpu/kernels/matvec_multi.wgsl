@@ -39,7 +39,7 @@ struct Params {
     expert_first: u32,  // MOE: experts [expert_first, expert_first + expert_count) are in this part
     expert_count: u32,
     xq_scales: u32,     // DOT_I8: where the records' scales start in xq (vec4s)
-    _pad0: u32,
+    xq_sq: u32,         // XQ_NORM: where the parts' Σx² start in xq (vec4s)
     _pad1: u32,
     _pad2: u32,
 }

@@ -5,7 +5,10 @@
 //            `tile_tokens` items of one expert for the grouped expert products (matmul.wgsl
 //            with EXPERTS).
 //   combine  y[t] = Σ_s weight[t·k + s] · expert_out[t·k + s]; with RESIDUAL also added into
-//            `resid` (the residual stream), so that no add of its own follows.
+//            `resid` (the residual stream), so that no add of its own follows. XQ_NORM_OUT (with
+//            RESIDUAL, one token, n a multiple of 32) also writes the new residual times the next
+//            RMSNorm's weights as int8 records with each part's Σx² (x_quant.wgsl), which the
+//            products after that norm read in place of it (product.wgsl's XQ_NORM).
 //   scatter  y[t][e] = the routing weight of expert e for token t (0 when not chosen), for
 //            experts that are separate tensors and run densely.
 struct Params {
@@ -18,9 +21,9 @@ struct Params {
     groups_x: u32,   // route: workgroups along x (tokens are spread over x and y)
     tile_tokens: u32, // group: items per tile
     max_tiles: u32,  // group: tiles the products launch (the rest are written empty)
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    norm_offset: u32, // XQ_NORM_OUT: where the norm's weights start in norm_w
+    xq_scales: u32,  // XQ_NORM_OUT: where the records' scales and Σx² start in xq (vec4s)
+    xq_sq: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -33,6 +36,14 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> tiles: array<vec4<u32>>;
 #ifdef RESIDUAL
 @group(0) @binding(7) var<storage, read_write> resid: array<f32>;
+#endif
+#ifdef XQ_NORM_OUT
+@group(0) @binding(8) var<storage, read> norm_w: array<f32>;
+@group(0) @binding(9) var<storage, read_write> xq: array<vec4<u32>>;
+#include "x_quant.wgsl"
+// combine: the workgroup's new residual values times the norm's weights, and their squares.
+var<workgroup> xg: array<f32, 64>;
+var<workgroup> x2: array<f32, 64>;
 #endif
 
 // One workgroup per token and one thread per expert (route) or per expert slot (group).
@@ -148,20 +159,49 @@ fn group(@builtin(local_invocation_index) e: u32) {
 }
 
 @compute @workgroup_size(64)
-fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
+fn combine(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
     let i = gid.x;
     let t = gid.y;
-    if (i >= p.n || t >= p.tokens) {
-        return;
-    }
-    var acc = 0.0;
-    for (var s = 0u; s < p.k; s++) {
-        let slot = t * p.k + s;
-        acc += weights[slot] * src[slot * p.n + i];
-    }
-    y[t * p.n + i] = acc;
+    let live = i < p.n && t < p.tokens;
+    var r = 0.0;
+    if (live) {
+        var acc = 0.0;
+        for (var s = 0u; s < p.k; s++) {
+            let slot = t * p.k + s;
+            acc += weights[slot] * src[slot * p.n + i];
+        }
+        y[t * p.n + i] = acc;
 #ifdef RESIDUAL
-    resid[t * p.n + i] += acc;
+        r = resid[t * p.n + i] + acc;
+        resid[t * p.n + i] = r;
+#endif
+    }
+#ifdef XQ_NORM_OUT
+    // The workgroup's 64 values are two units of 32 (the last workgroup's second may lie past
+    // n): threads 0-7 quantize their parts, values 4j.. and 16 + 4j.. of unit lid / 4.
+    var g_i = 0.0;
+    if (live) {
+        g_i = norm_w[p.norm_offset + i];
+    }
+    xg[lid] = r * g_i;
+    x2[lid] = r * r;
+    workgroupBarrier();
+    let first = i - lid;
+    let at = (lid / 4u) * 32u + 4u * (lid % 4u);
+    if (lid < 8u && first + at < p.n) {
+        let a = vec4<f32>(xg[at], xg[at + 1u], xg[at + 2u], xg[at + 3u]);
+        let b = vec4<f32>(xg[at + 16u], xg[at + 17u], xg[at + 18u], xg[at + 19u]);
+        var sq = 0.0;
+        for (var e = 0u; e < 4u; e++) {
+            sq += x2[at + e] + x2[at + 16u + e];
+        }
+        let g = first / 8u + lid;
+        store_record(g, p.xq_scales, quantize_part(a, b), 1.0);
+        store_sq(g, p.xq_sq, sq);
+    }
 #endif
 }
 

@@ -5,11 +5,15 @@
 // issues together), `fn part_value(at: RowAt, i: u32) -> vec4<f32>`: the sums that part i of
 // the row adds (x: a dot product, y: Σx² of the x values read, z: a second dot product, w:
 // unused), and x: `x: array<vec4<f32>>` (with NORM also `norm_w: array<vec4<f32>>`, the norm's
-// weight), or with DOT_I8 `xq: array<vec4<u32>>`, x quantized by quantize_x.wgsl.
+// weight), or with DOT_I8 `xq: array<vec4<u32>>`, x quantized by quantize_x.wgsl (or by the
+// kernel that produced x), and with XQ_NORM the uniform's field xq_sq.
 //
 // NORM: the product of W with RMSNorm(x)·g equals (W · (x∘g)) / rms(x), and a row's lanes read
 // every value of x anyway, so they also sum x² on the way: the norm costs no dispatch and no
-// pass of its own. With DOT_I8 the quantization applies the norm instead (no NORM here).
+// pass of its own. With DOT_I8 the quantization applies the norm instead (no NORM here), or
+// with XQ_NORM the records hold x times the norm's weights and each part's Σx² (from vec4
+// xq_sq on, four per vec4), which the lanes sum as NORM's lanes sum x², and the product
+// divides by rms(x) as NORM's does.
 
 // Where a row's work is: its stored weight row (and the second weight's, for the gate/up
 // product), its x vector (with DOT_I8 the vector's first record), its output row.
@@ -45,12 +49,18 @@ fn x_in(xb: u32, i: u32, k: vec2<u32>) -> XQuant {
     let g = xb + i;
     let m = xq[p.xq_scales + (g >> 1u)];
     let scale_sum = bitcast<vec2<f32>>(select(m.xy, m.zw, (g & 1u) == 1u));
-    return XQuant(xq[g], scale_sum.x, scale_sum.y);
+#ifdef XQ_NORM
+    let sq = bitcast<f32>(xq[p.xq_sq + (g >> 2u)][g & 3u]);
+#else
+    let sq = 0.0;
+#endif
+    return XQuant(xq[g], scale_sum.x, scale_sum.y, sq);
 }
 
-// Σx² of the part's raw values: the quantization applied any norm, so none is summed.
+// Σx² of the part's raw values with XQ_NORM; otherwise the quantization applied any norm, and
+// none is summed.
 fn x_sq(xi: XQuant) -> f32 {
-    return 0.0;
+    return xi.sq;
 }
 #else
 #include "x_read.wgsl"
@@ -73,9 +83,9 @@ fn x_sq(xi: XPart) -> f32 {
 }
 #endif
 
-// A row's dot product d from its reduced sums s: divided by rms(x) with NORM.
+// A row's dot product d from its reduced sums s: divided by rms(x) with NORM or XQ_NORM.
 fn finish(d: f32, s: vec4<f32>) -> f32 {
-#ifdef NORM
+#ifdef RMS
     return d * inverseSqrt(s.y / f32(p.cols) + p.eps);
 #else
     return d;
@@ -96,7 +106,7 @@ fn row_sum(v: vec4<f32>, lid: u32, sg_size: u32, sg_lane: u32) -> vec4<f32> {
 #ifdef MULTI_ROW
     let s = subgroupAdd(v);
 #else
-#ifdef NORM
+#ifdef RMS
     let s = vec4<f32>(subgroupAdd(v.xy), 0.0, 0.0);
 #else
     let s = vec4<f32>(subgroupAdd(v.x), 0.0, 0.0, 0.0);

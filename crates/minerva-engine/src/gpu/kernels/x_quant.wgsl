@@ -10,11 +10,13 @@
 // vec4s j and j + 4 of its unit whatever the weight's dtype, so one quantized x serves Q4_0 and
 // Q8_0 weights alike. q: the coarse term's two vec4s as packed bytes, then the fine term's;
 // scale: s (times 1 / rms(x) where the quantization applied a norm); sum: Σ (coarse + fine / 254)
-// over the part, which Q4_0's offset of 8 per nibble multiplies.
+// over the part, which Q4_0's offset of 8 per nibble multiplies; sq: Σx² of the part's values
+// before a norm's weights where the records hold x times them (XQ_NORM, product.wgsl), else 0.
 struct XQuant {
     q: vec4<u32>,
     scale: f32,
     sum: f32,
+    sq: f32,
 }
 
 // A part's integer dot products with the coarse and fine terms as one float, in x's steps.
@@ -49,7 +51,7 @@ fn quantize_part(a: vec4<f32>, b: vec4<f32>) -> XQuant {
     let fb = rounded(b * inv_fine) - 254 * cb;
     let q = vec4<u32>(pack4xI8(ca), pack4xI8(cb), pack4xI8(fa), pack4xI8(fb));
     let sum = join_terms(byte_sum(q.x) + byte_sum(q.y), byte_sum(q.z) + byte_sum(q.w));
-    return XQuant(q, amax / 127.0, sum);
+    return XQuant(q, amax / 127.0, sum, 0.0);
 }
 
 #ifdef XQ_OUT
@@ -60,5 +62,10 @@ fn store_record(g: u32, scales: u32, r: XQuant, scale_by: f32) {
     let k = 2u * (g & 1u);
     xq[scales + (g >> 1u)][k] = bitcast<u32>(r.scale * scale_by);
     xq[scales + (g >> 1u)][k + 1u] = bitcast<u32>(r.sum);
+}
+
+// Stores part g's Σx² (XQ_NORM's records) in the four-per-vec4 region from vec4 `sq_at`.
+fn store_sq(g: u32, sq_at: u32, sq: f32) {
+    xq[sq_at + (g >> 2u)][g & 3u] = bitcast<u32>(sq);
 }
 #endif
