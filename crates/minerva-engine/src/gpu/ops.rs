@@ -629,7 +629,7 @@ const DECODE_ROPE_BUFFERS: u32 = 10;
 /// Prefill attention in tiles (`attend_tiled`): TILE_ROWS (query, query head) rows per
 /// workgroup, head_dim at most TILE_DMAX (its workgroup memory holds the rows and a block of
 /// keys of that size).
-const TILE_ROWS: u32 = 16;
+const TILE_ROWS: u32 = 32;
 const TILE_DMAX: u32 = 128;
 
 /// Workgroup size and block lists merged per thread of select.wgsl (WG, LISTS).

@@ -845,18 +845,20 @@ fn merge(g: u32, used: u32, lid: u32, sg_size: u32) {
 // attend_tiled: TR rows of queries per workgroup, TB keys per block, head_dim ≤ TD; rows and
 // keys padded by one value, so that lanes reading one element of different rows or keys hit
 // different banks (d + 1 is odd).
-const TR: u32 = 16u;
+const TR: u32 = 32u;
 const TB: u32 = 32u;
 const TD: u32 = 128u;
 const TWG: u32 = 128u;
 const TS: u32 = TD + 1u;
+// Tile rows per thread: rows pr, pr + 8, … for pr = lid / 16.
+const RA: u32 = TR / 8u;
 
-var<workgroup> tq: array<f32, 2064>;      // TR × TS
+var<workgroup> tq: array<f32, 4128>;      // TR × TS
 var<workgroup> tkv: array<f32, 4128>;     // TB × TS: the block's keys, then its values
-var<workgroup> tp: array<f32, 528>;       // TR × (TB + 1): weights of the block's keys per row
+var<workgroup> tp: array<f32, 1056>;      // TR × (TB + 1): weights of the block's keys per row
 // Per (row, lane): partial maxima at [0, TRED), partial sums at [TRED, 2·TRED).
 const TRED: u32 = TR * 16u;
-var<workgroup> tred: array<f32, 512>;
+var<workgroup> tred: array<f32, 1024>;
 
 // Query position of tile row r (rows past the step's count clamp to the last query).
 fn tile_pos(r: u32, gq: u32) -> u32 {
@@ -896,8 +898,8 @@ fn row_total(r: u32, by_max: bool) -> f32 {
     return x;
 }
 
-// Thread (pr, lane) = (lid / 16, lid % 16) owns rows pr and pr + 8 of the tile: their scores for
-// keys lane and lane + 16 of each block, and their value dims lane + 16·c.
+// Thread (pr, lane) = (lid / 16, lid % 16) owns rows pr + 8·a (a < RA) of the tile: their scores
+// for keys lane and lane + 16 of each block, and their value dims lane + 16·c.
 @compute @workgroup_size(128)
 fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = wid.y;
@@ -919,34 +921,36 @@ fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         tq[r * TS + i] = x;
     }
     // Rows' positions and first keys; the tile attends keys [lo, last].
-    var qpos: array<u32, 2>;
-    var first: array<u32, 2>;
-    for (var a = 0u; a < 2u; a++) {
+    var qpos: array<u32, RA>;
+    var first: array<u32, RA>;
+    for (var a = 0u; a < RA; a++) {
         qpos[a] = tile_pos(r0 + pr + 8u * a, gq);
         first[a] = first_key(qpos[a]);
     }
     let lo = first_key(tile_pos(r0, gq));
     let last = tile_pos(r0 + TR - 1u, gq);
-    var m_run = array<f32, 2>(NEG, NEG);
-    var l_run = array<f32, 2>(0.0, 0.0);
-    var acc: array<array<f32, 8>, 2>;
+    var m_run: array<f32, RA>;
+    var l_run: array<f32, RA>;
+    for (var a = 0u; a < RA; a++) {
+        m_run[a] = NEG;
+    }
+    var acc: array<array<f32, 8>, RA>;
     for (var k0 = lo; k0 <= last; k0 += TB) {
         workgroupBarrier();
         stage_block(lid, k0, last, g, false);
         workgroupBarrier();
-        var s: array<array<f32, 2>, 2>;
+        var s: array<array<f32, 2>, RA>;
         for (var i = 0u; i < d; i++) {
-            let q0 = tq[pr * TS + i];
-            let q1 = tq[(pr + 8u) * TS + i];
             let ka = tkv[lane * TS + i];
             let kb = tkv[(lane + 16u) * TS + i];
-            s[0][0] += q0 * ka;
-            s[0][1] += q0 * kb;
-            s[1][0] += q1 * ka;
-            s[1][1] += q1 * kb;
+            for (var a = 0u; a < RA; a++) {
+                let q = tq[(pr + 8u * a) * TS + i];
+                s[a][0] += q * ka;
+                s[a][1] += q * kb;
+            }
         }
         // Keys outside a row's causal window weigh nothing.
-        for (var a = 0u; a < 2u; a++) {
+        for (var a = 0u; a < RA; a++) {
             var mx = NEG;
             for (var b = 0u; b < 2u; b++) {
                 let kp = k0 + lane + 16u * b;
@@ -959,8 +963,8 @@ fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         }
         workgroupBarrier();
         stage_block(lid, k0, last, g, true);
-        var m_new: array<f32, 2>;
-        for (var a = 0u; a < 2u; a++) {
+        var m_new: array<f32, RA>;
+        for (var a = 0u; a < RA; a++) {
             let r = pr + 8u * a;
             m_new[a] = max(m_run[a], row_total(r, true));
             var l = 0.0;
@@ -972,7 +976,7 @@ fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
             tred[TRED + r * 16u + lane] = l;
         }
         workgroupBarrier();
-        for (var a = 0u; a < 2u; a++) {
+        for (var a = 0u; a < RA; a++) {
             let r = pr + 8u * a;
             let rescale = exp(m_run[a] - m_new[a]);
             l_run[a] = l_run[a] * rescale + row_total(r, false);
@@ -983,19 +987,22 @@ fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         }
         let n = min(TB, last + 1u - k0);
         for (var j = 0u; j < n; j++) {
-            let w0 = tp[pr * (TB + 1u) + j];
-            let w1 = tp[(pr + 8u) * (TB + 1u) + j];
+            var w: array<f32, RA>;
+            for (var a = 0u; a < RA; a++) {
+                w[a] = tp[(pr + 8u * a) * (TB + 1u) + j];
+            }
             for (var c = 0u; c < 8u; c++) {
                 let i = lane + 16u * c;
                 if (i < d) {
                     let v = tkv[j * TS + i];
-                    acc[0][c] += w0 * v;
-                    acc[1][c] += w1 * v;
+                    for (var a = 0u; a < RA; a++) {
+                        acc[a][c] += w[a] * v;
+                    }
                 }
             }
         }
     }
-    for (var a = 0u; a < 2u; a++) {
+    for (var a = 0u; a < RA; a++) {
         let r = r0 + pr + 8u * a;
         if (r >= rows) {
             continue;
