@@ -2029,8 +2029,8 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
             offset,
             expert_stride: 0,
         });
-        // The split outputs: (dispatch labels, each output's results).
-        let split = |ops: &Ops| {
+        // The split outputs folding `norm`: (dispatch labels, each output's results).
+        let split = |ops: &Ops, norm: Option<NormFold>| {
             let d = ops
                 .matvec_multi(
                     &[&ws[0], &ws[1], &ws[2]],
@@ -2048,17 +2048,20 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
             let labels: Vec<_> = d.iter().map(|d| d.label.clone()).collect();
             (labels, ys)
         };
-        let (_, f32_ys) = split(&exact);
-        let (labels, ys) = split(&ops);
-        assert!(labels.iter().all(|l| l.ends_with(" int8")), "{labels:?}");
-        for i in 0..3 {
-            let (mut want, mag, bound) = products(i);
-            for (r, v) in want.iter_mut().enumerate() {
-                *v += bias[biases[i].offset as usize + r];
+        let (_, f32_ys) = split(&exact, norm);
+        let check_split = |what: &str, ys: &[Vec<f32>]| {
+            for i in 0..3 {
+                let (mut want, mag, bound) = products(i);
+                for (r, v) in want.iter_mut().enumerate() {
+                    *v += bias[biases[i].offset as usize + r];
+                }
+                let what = format!("{cols} columns: split output {i}{what}");
+                assert_int8_close(&what, &ys[i], &f32_ys[i], &want, &mag, &bound);
             }
-            let what = format!("{cols} columns: split output {i}");
-            assert_int8_close(&what, &ys[i], &f32_ys[i], &want, &mag, &bound);
-        }
+        };
+        let (labels, ys) = split(&ops, norm);
+        assert!(labels.iter().all(|l| l.ends_with(" int8")), "{labels:?}");
+        check_split("", &ys);
 
         // The same products reading records that the MoE combine wrote: x as the residual
         // stream, an expert output of zeros added into it, the norm's weights applied and each
@@ -2087,31 +2090,14 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
                 normed_records,
             )
             .unwrap();
-        let d = ops
-            .matvec_multi(
-                &[&ws[0], &ws[1], &ws[2]],
-                xr,
-                &[&outs[0], &outs[1], &outs[2]],
-                Multi::Split,
-                normed_records,
-                &biases,
-            )
-            .unwrap();
+        ctx.submit(&[&c]).unwrap();
+        let (labels, ys) = split(&ops, normed_records);
         assert_eq!(
-            d.len(),
+            labels.len(),
             1,
             "{cols} columns: a quantizing dispatch beside the records"
         );
-        ctx.submit(&[&c, &d[0]]).unwrap();
-        for i in 0..3 {
-            let (mut want, mag, bound) = products(i);
-            for (r, v) in want.iter_mut().enumerate() {
-                *v += bias[biases[i].offset as usize + r];
-            }
-            let got = ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap();
-            let what = format!("{cols} columns: split output {i} from the combine's records");
-            assert_int8_close(&what, &got, &f32_ys[i], &want, &mag, &bound);
-        }
+        check_split(" from the combine's records", &ys);
         for rpl in [1, 3] {
             let mut one_weight = Ops::new(ctx.clone());
             one_weight.set_int8_products(true);
