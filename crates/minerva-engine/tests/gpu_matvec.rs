@@ -543,7 +543,8 @@ fn matmul_adds_the_bias_with_every_tile() {
     }
 }
 
-/// The prefill product on matrix cores for every dtype: 96 rows (three 32-row blocks), 32
+/// The prefill product on matrix cores for every dtype: 96 rows (three 32-row blocks) and 128
+/// (two 64-row blocks), 32
 /// tokens (one block), 45 and 100 (whole blocks and a tail of 13 or 4 tokens for the f32 tiles),
 /// rows of one unit or part of one, of two and of 2048 values, with and without a bias. Every
 /// case runs; the failure lists each case that is off and how. Then the kernel `Ops::matmul`
@@ -565,9 +566,13 @@ fn matrix_core_matmul_matches_the_cpu() {
     };
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(9);
-    let rows = 96;
     let (mut cases, mut off) = (0, Vec::new());
-    for (dtype, base_cols) in all_dtypes() {
+    // 96 outputs: 32 per workgroup; 128: 64 per workgroup (`coop_defines`).
+    for (rows, (dtype, base_cols)) in all_dtypes()
+        .into_iter()
+        .map(|d| (96, d))
+        .chain(all_dtypes().into_iter().map(|d| (128, d)))
+    {
         for cols in [base_cols, 2 * base_cols, 2048] {
             let s = make(dtype, rows, cols, &mut rng);
             let Some(w_ref) = s.reference() else { continue };

@@ -189,6 +189,25 @@ impl MatmulTile {
 /// Rows and tokens of the output block of one matrix-core subgroup (`matmul_coop.wgsl`).
 pub const COOP_BLOCK: u32 = 32;
 
+/// The defines of `matmul_coop.wgsl` for a product of `rows` outputs (a multiple of
+/// `COOP_BLOCK`), with or without a bias, and the outputs each workgroup computes: 64 where
+/// they divide the rows, which doubles the multiplies per input matrix loaded (tinyllama
+/// prefill-512 +12 % for Q4_0, +20 % for f16; benches/GPU.md, entry 64), else 32.
+pub fn coop_defines(rows: u32, bias: bool) -> (Defines, u32) {
+    let mut d = Defines::new();
+    if bias {
+        d.insert("BIAS".into(), String::new());
+    }
+    let per_group = if rows.is_multiple_of(2 * COOP_BLOCK) {
+        d.insert("ROWS64".into(), String::new());
+        2 * COOP_BLOCK
+    } else {
+        COOP_BLOCK
+    };
+    d.insert("ROWS".into(), format!("{per_group}u"));
+    (d, per_group)
+}
+
 /// Largest f16 copy of a weight the matrix-core product makes (bytes): larger products (gpt-oss's
 /// 201,088-row output product) keep the f32 tiles.
 pub const COOP_WEIGHT_BYTES: u64 = 64 << 20;
@@ -1064,7 +1083,9 @@ impl Ops {
         }
         if decoders.is_empty() && self.ctx.caps.matrix_cores {
             jobs.push(single("coop_inputs.wgsl", Defines::new()));
-            jobs.push(single("matmul_coop.wgsl", Defines::new()));
+            for rows in [COOP_BLOCK, 2 * COOP_BLOCK] {
+                jobs.push(single("matmul_coop.wgsl", coop_defines(rows, false).0));
+            }
         }
         if decoders.is_empty() {
             for mode in ["PLAIN", "INPLACE", "RESIDUAL"] {
@@ -1726,10 +1747,7 @@ impl Ops {
         let bias_out = bias.zip(block.as_ref());
         let mut out = self.coop_weights(w, sel, &w16, k, bias_out)?;
         out.push(self.coop_inputs(x, &x16, sel.in_dim as u32, k, t)?);
-        let mut d = Defines::new();
-        if bias.is_some() {
-            d.insert("BIAS".into(), String::new());
-        }
+        let (d, per_group) = coop_defines(rows, bias.is_some());
         let pipe = self.pipeline("matmul_coop.wgsl", &d, "main")?;
         let params = CoopParams {
             rows,
@@ -1742,7 +1760,7 @@ impl Ops {
         if let Some(b) = &block {
             entries.push((4, b));
         }
-        let grid = [t / COOP_BLOCK, rows / COOP_BLOCK, 1];
+        let grid = [t / COOP_BLOCK, rows / per_group, 1];
         out.push(self.dispatch(pipe, &entries, grid));
         if tokens > t {
             let rest = tokens - t;

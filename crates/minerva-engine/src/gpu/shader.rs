@@ -361,17 +361,28 @@ mod tests {
         let column = ("load", false);
         let row = ("load", true);
         let store = ("store", false);
-        let plain = matrix_accesses(&spirv("matmul_coop.wgsl", &Defines::new()));
+        // 32 outputs per workgroup, then 64 (two more row blocks: weight loads and stores).
+        let coop = |rows: u32, bias: bool| {
+            let (d, _) = super::super::ops::coop_defines(rows, bias);
+            matrix_accesses(&spirv("matmul_coop.wgsl", &d))
+        };
         assert_eq!(
-            plain,
+            coop(32, false),
             [row, row, column, column, store, store, store, store]
         );
-        let bias = defines(&[("BIAS", String::new())]);
-        let biased = matrix_accesses(&spirv("matmul_coop.wgsl", &bias));
         assert_eq!(
-            biased,
+            coop(32, true),
             [column, column, row, row, column, column, store, store, store, store]
         );
+        let stores = [store; 8];
+        let mut plain = vec![row, row, column, column, row, row];
+        plain.extend(stores);
+        assert_eq!(coop(64, false), plain);
+        let mut biased = vec![
+            column, column, column, column, row, row, column, column, row, row,
+        ];
+        biased.extend(stores);
+        assert_eq!(coop(64, true), biased);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 // Matrix × matrix for prefill on matrix cores (wgpu cooperative matrices): y[t][r] = Σ_c W[r][c]
 // · x[t][c] (+ bias[r]) from the f16 copies of the weight and of x that the two dispatches before
 // it wrote (coop_weights.wgsl, coop_inputs.wgsl), accumulated in f32. Each workgroup is one
-// 32-lane subgroup and computes 32 rows × 32 tokens as 2 × 2 accumulators of 16 × 16, using each
-// weight and input matrix it loads twice.
+// 32-lane subgroup and computes ROWS rows × 32 tokens: 2 × 2 accumulators of 16 × 16, or with
+// ROWS64 (ROWS 64) 4 × 2, each input matrix it loads serving every row block (twice the
+// multiplies per input load; entry 64 of benches/GPU.md).
 // Nothing is shared through workgroup memory and nothing waits at a barrier: naga 30 declares
 // the Vulkan memory model for modules with cooperative matrices without marking workgroup
 // accesses and barriers for it (gfx-rs/wgpu#8805), so values shared between invocations of one
@@ -36,23 +37,38 @@ struct Params {
 @compute @workgroup_size(32)
 fn main(@builtin(workgroup_id) wid: vec3<u32>) {
     let tok0 = wid.x * 32u;
-    let row0 = wid.y * 32u;
+    let row0 = wid.y * ROWS;
+    // c<row block><token block>, started from the bias.
 #ifdef BIAS
-    let c_lo = coopLoad<coop_mat16x16<f32, C>>(&bias_block[row0], p.rows);
-    let c_hi = coopLoad<coop_mat16x16<f32, C>>(&bias_block[row0 + 16u], p.rows);
+    let c0 = coopLoad<coop_mat16x16<f32, C>>(&bias_block[row0], p.rows);
+    let c1 = coopLoad<coop_mat16x16<f32, C>>(&bias_block[row0 + 16u], p.rows);
 #else
-    let c_lo = coop_mat16x16<f32, C>();
-    let c_hi = coop_mat16x16<f32, C>();
+    let c0 = coop_mat16x16<f32, C>();
+    let c1 = coop_mat16x16<f32, C>();
 #endif
-    // c<row block><token block>
-    var c00 = c_lo;
-    var c01 = c_lo;
-    var c10 = c_hi;
-    var c11 = c_hi;
+    var c00 = c0;
+    var c01 = c0;
+    var c10 = c1;
+    var c11 = c1;
     let a0 = row0 * p.k;
     let a1 = a0 + 16u * p.k;
     let b0 = tok0 * p.k;
     let b1 = b0 + 16u * p.k;
+#ifdef ROWS64
+#ifdef BIAS
+    let c2 = coopLoad<coop_mat16x16<f32, C>>(&bias_block[row0 + 32u], p.rows);
+    let c3 = coopLoad<coop_mat16x16<f32, C>>(&bias_block[row0 + 48u], p.rows);
+#else
+    let c2 = coop_mat16x16<f32, C>();
+    let c3 = coop_mat16x16<f32, C>();
+#endif
+    var c20 = c2;
+    var c21 = c2;
+    var c30 = c3;
+    var c31 = c3;
+    let a2 = a1 + 16u * p.k;
+    let a3 = a2 + 16u * p.k;
+#endif
     for (var k = 0u; k < p.k; k += 16u) {
         let w0 = coopLoadT<coop_mat16x16<f16, A>>(&w16[a0 + k], p.k);
         let w1 = coopLoadT<coop_mat16x16<f16, A>>(&w16[a1 + k], p.k);
@@ -62,6 +78,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {
         c01 = coopMultiplyAdd(w0, x1, c01);
         c10 = coopMultiplyAdd(w1, x0, c10);
         c11 = coopMultiplyAdd(w1, x1, c11);
+#ifdef ROWS64
+        let w2 = coopLoadT<coop_mat16x16<f16, A>>(&w16[a2 + k], p.k);
+        let w3 = coopLoadT<coop_mat16x16<f16, A>>(&w16[a3 + k], p.k);
+        c20 = coopMultiplyAdd(w2, x0, c20);
+        c21 = coopMultiplyAdd(w2, x1, c21);
+        c30 = coopMultiplyAdd(w3, x0, c30);
+        c31 = coopMultiplyAdd(w3, x1, c31);
+#endif
     }
     // Every index and the stride named: naga 30 does not emit expressions written inside a
     // coopStore's arguments before the store (its SPIR-V writer then panics).
@@ -74,4 +98,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {
     coopStore(c01, &y[y01], ys);
     coopStore(c10, &y[y10], ys);
     coopStore(c11, &y[y11], ys);
+#ifdef ROWS64
+    let y20 = y00 + 32u;
+    let y21 = y01 + 32u;
+    let y30 = y00 + 48u;
+    let y31 = y01 + 48u;
+    coopStore(c20, &y[y20], ys);
+    coopStore(c21, &y[y21], ys);
+    coopStore(c30, &y[y30], ys);
+    coopStore(c31, &y[y31], ys);
+#endif
 }
