@@ -1360,11 +1360,7 @@ fn fused_products_over_several_weights() {
             make(DType::F16, 7, cols, &mut rng),
             make(DType::MlxAffine { bits: 4, group: 32 }, 45, cols, &mut rng),
         ];
-        let refs: Vec<Vec<f32>> = stored.iter().map(|s| s.reference().unwrap()).collect();
-        let ws: Vec<GpuWeight> = stored
-            .iter()
-            .map(|s| GpuWeight::upload(&ctx, &s.view(vec![s.rows, cols]), 1).unwrap())
-            .collect();
+        let (refs, ws) = references_and_uploads(&ctx, &stored);
         let x = rng.vec(cols + 3);
         let xb = ctx.storage_with("x", &x);
         let xr = Region::new(&xb, 3, 0);
@@ -1459,11 +1455,7 @@ fn products_fold_the_norm_and_the_residual_add() {
             make(DType::F16, 13, cols, &mut rng),
             make(DType::Q8_0, 45, cols, &mut rng),
         ];
-        let refs: Vec<Vec<f32>> = stored.iter().map(|s| s.reference().unwrap()).collect();
-        let ws: Vec<GpuWeight> = stored
-            .iter()
-            .map(|s| GpuWeight::upload(&ctx, &s.view(vec![s.rows, cols]), 1).unwrap())
-            .collect();
+        let (refs, ws) = references_and_uploads(&ctx, &stored);
         let x: Vec<f32> = rng.vec(cols).iter().map(|v| 3.0 * v + 0.5).collect();
         let eps = 1e-5;
         let (gb, normed) = norm_weights(&ctx, &x, 2, eps, &mut rng);
@@ -1835,6 +1827,16 @@ fn assert_int8_close(
     assert_ne!(got, f32_got, "{what}: int8 results as the f32 ones");
 }
 
+/// Each stored weight's reference values (dequantized on the CPU) and its upload, one part.
+fn references_and_uploads(ctx: &GpuContext, stored: &[Stored]) -> (Vec<Vec<f32>>, Vec<GpuWeight>) {
+    let refs = stored.iter().map(|s| s.reference().unwrap()).collect();
+    let ws = stored
+        .iter()
+        .map(|s| GpuWeight::upload(ctx, &s.view(vec![s.rows, s.cols]), 1).unwrap())
+        .collect();
+    (refs, ws)
+}
+
 /// x of `cols` values with unit 1 all zero (parts whose step is 0).
 fn x_with_zero_unit(cols: usize, rng: &mut Rng) -> Vec<f32> {
     let mut x: Vec<f32> = rng.vec(cols).iter().map(|v| 2.0 * v + 0.3).collect();
@@ -2000,11 +2002,7 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
             make(DType::Q4_0, 45, cols, &mut rng),
             make(DType::Q8_0, 45, cols, &mut rng),
         ];
-        let refs: Vec<Vec<f32>> = stored.iter().map(|s| s.reference().unwrap()).collect();
-        let ws: Vec<GpuWeight> = stored
-            .iter()
-            .map(|s| GpuWeight::upload(&ctx, &s.view(vec![s.rows, cols]), 1).unwrap())
-            .collect();
+        let (refs, ws) = references_and_uploads(&ctx, &stored);
         let x = x_with_zero_unit(cols, &mut rng);
         let eps = 1e-5;
         let (gb, normed) = norm_weights(&ctx, &x, 1, eps, &mut rng);

@@ -461,6 +461,16 @@ impl GpuBackend {
         }
     }
 
+    /// The rotation a recorded RoPE of q and k applies, for the kernels that fold it in.
+    fn rotary(&self, r: &QkRope) -> Rotary<'_> {
+        Rotary {
+            freq: self.vector_buf(r.freq),
+            rot_dim: r.rope.dim as u32,
+            halves: r.rope.style == RopeStyle::Halves,
+            mscale: r.rope.attention_factor,
+        }
+    }
+
     /// A scratch buffer of at least `bytes`; growing it forgets recorded dispatches.
     fn scratch(&mut self, name: &'static str, bytes: u64) -> &wgpu::Buffer {
         let small = self.scratch.bufs.get(name).is_none_or(|b| b.size() < bytes);
@@ -1257,12 +1267,7 @@ impl Backend for GpuBackend {
             let Some(Some(c)) = s.kvs.get(kv.0 as usize) else {
                 return Err(bad(format!("unknown KV cache {}", kv.0)));
             };
-            let rotary = rope.map(|r| Rotary {
-                freq: s.vector_buf(r.freq),
-                rot_dim: r.rope.dim as u32,
-                halves: r.rope.style == RopeStyle::Halves,
-                mscale: r.rope.attention_factor,
-            });
+            let rotary = rope.map(|r| s.rotary(&r));
             let sinks = sinks.map(|(wid, off)| Region::new(s.vector_buf(wid), off, 0));
             let write = match &rotary {
                 Some(r) => s.ops.rope_write(
@@ -1960,13 +1965,7 @@ impl GpuBackend {
             let Some(Some(c)) = s.kvs.get(a.kv.0 as usize) else {
                 return Err(bad(format!("unknown KV cache {}", a.kv.0)));
             };
-            let r = a.rope.rope;
-            let rotary = Rotary {
-                freq: s.vector_buf(a.rope.freq),
-                rot_dim: r.dim as u32,
-                halves: r.style == RopeStyle::Halves,
-                mscale: r.attention_factor,
-            };
+            let rotary = s.rotary(&a.rope);
             let sinks = a
                 .sinks
                 .map(|(wid, off)| Region::new(s.vector_buf(wid), off, 0));

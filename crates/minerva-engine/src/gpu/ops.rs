@@ -826,6 +826,26 @@ struct QuantizedX {
     records: XRecords,
 }
 
+impl QuantizedX {
+    /// Records another kernel wrote: nothing to dispatch.
+    fn given(records: &XRecords) -> QuantizedX {
+        QuantizedX {
+            dispatch: None,
+            records: records.clone(),
+        }
+    }
+}
+
+/// What a decode product binds as x: the records where x is quantized, else x itself.
+fn x_binding<'a>(quantized: &'a Option<QuantizedX>, x: &'a wgpu::Buffer) -> &'a wgpu::Buffer {
+    quantized.as_ref().map(|q| &q.records.buf).unwrap_or(x)
+}
+
+/// Where the records' scales start, for the kernels' `xq_scales` (0 without records).
+fn xq_scales(quantized: &Option<QuantizedX>) -> u32 {
+    quantized.as_ref().map(|q| q.records.scales).unwrap_or(0)
+}
+
 /// Threads per workgroup of `quantize_x.wgsl` (WG there), one per part of 8 values.
 const QUANTIZE_WG: u32 = 64;
 
@@ -1257,10 +1277,7 @@ impl Ops {
                 d.insert("XQ_NORM".into(), String::new());
                 d.insert("RMS".into(), String::new());
             }
-            Some(QuantizedX {
-                dispatch: None,
-                records: records.clone(),
-            })
+            Some(QuantizedX::given(records))
         } else if int8 {
             d.insert("DOT_I8".into(), String::new());
             let vectors = (batch.max(1) - 1) / x_div + 1;
@@ -1328,7 +1345,7 @@ impl Ops {
                 bias_offset: bias.map(|b| b.offset).unwrap_or(0) + r.j_lo as u32,
                 norm_offset: folds.norm.map(|n| n.offset).unwrap_or(0),
                 eps: folds.norm.map(|n| n.eps).unwrap_or(0.0),
-                xq_scales: quantized.as_ref().map(|q| q.records.scales).unwrap_or(0),
+                xq_scales: xq_scales(&quantized),
                 xq_sq: normed_records.map(|r| r.sq_at()).unwrap_or(0),
                 _pad: 0,
             };
@@ -1339,7 +1356,7 @@ impl Ops {
                 .enumerate()
                 .map(|(i, b)| (i as u32, b))
                 .collect();
-            let xbuf = quantized.as_ref().map(|q| &q.records.buf).unwrap_or(x.buf);
+            let xbuf = x_binding(&quantized, x.buf);
             entries.extend([(3, xbuf), (4, y.buf), (5, &ub)]);
             if let Some(e) = &experts {
                 entries.push((6, e.ids));
@@ -1415,10 +1432,7 @@ impl Ops {
         let cols = weights[0].cols as u32;
         let eps = norm.map(|n| n.eps).unwrap_or(0.0);
         let quantized = match given {
-            Some(records) => Some(QuantizedX {
-                dispatch: None,
-                records: records.clone(),
-            }),
+            Some(records) => Some(QuantizedX::given(records)),
             None if int8 => Some(self.quantize_x(x, cols, 1, norm)?),
             None => None,
         };
@@ -1450,7 +1464,7 @@ impl Ops {
             norm_offset: norm.map(|n| n.offset).unwrap_or(0),
             eps,
             bias_offsets: std::array::from_fn(|i| biases.get(i).map(|b| b.offset).unwrap_or(0)),
-            xq_scales: quantized.as_ref().map(|q| q.records.scales).unwrap_or(0),
+            xq_scales: xq_scales(&quantized),
             xq_sq: given.map(|r| r.sq_at()).unwrap_or(0),
             ..MultiParams::whole(used, cols, x.offset, gx)
         };
@@ -1459,10 +1473,7 @@ impl Ops {
         for (i, w) in weights.iter().enumerate() {
             entries.extend(multi_weight_entries(i, &w.parts[0]));
         }
-        entries.push((
-            30,
-            quantized.as_ref().map(|q| &q.records.buf).unwrap_or(x.buf),
-        ));
+        entries.push((30, x_binding(&quantized, x.buf)));
         for (i, o) in outs.iter().enumerate() {
             entries.push((31 + i as u32, o));
         }
@@ -1621,14 +1632,14 @@ impl Ops {
                 y_stride: y.stride,
                 expert_first: (gp.first_row / stored) as u32,
                 expert_count: (gp.rows / stored) as u32,
-                xq_scales: quantized.as_ref().map(|q| q.records.scales).unwrap_or(0),
+                xq_scales: xq_scales(&quantized),
                 ..MultiParams::whole([rows, 0, 0], gs.in_dim as u32, x.offset, gx)
             };
             let ub = self.ctx.uniform("glu experts params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
             entries.extend(multi_weight_entries(0, gp));
             entries.extend(multi_weight_entries(1, up));
-            let xbuf = quantized.as_ref().map(|q| &q.records.buf).unwrap_or(x.buf);
+            let xbuf = x_binding(&quantized, x.buf);
             entries.extend([(30, xbuf), (31, y.buf), (34, &ub), (39, experts.ids)]);
             if let Some([bg, bu]) = &biases {
                 entries.extend([(36, bg.buf), (37, bu.buf)]);
