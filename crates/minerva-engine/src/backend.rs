@@ -196,6 +196,12 @@ pub trait Backend: Send {
     /// Allocates an f32 activation buffer of `rows × cols` (contents unspecified).
     fn alloc(&mut self, rows: usize, cols: usize) -> Result<BufId>;
 
+    /// The most rows of `cols` f32 values one activation buffer may hold: GPU bindings are
+    /// bounded (128 MiB on software Vulkan, 2–4 GiB on real GPUs), the CPU's are not.
+    fn max_rows(&self, _cols: usize) -> usize {
+        usize::MAX
+    }
+
     /// Allocates one layer's KV cache.
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvId>;
 

@@ -3,6 +3,7 @@
 pub mod arch;
 pub mod backend;
 pub mod cpu;
+pub mod devices;
 pub mod error;
 pub mod gpu;
 pub mod load;
@@ -13,9 +14,10 @@ pub mod session;
 
 pub use backend::Backend;
 pub use cpu::CpuBackend;
+pub use devices::{Adapter, BackendChoice, BackendKind};
 pub use error::{EngineError, Result};
 pub use gpu::GpuBackend;
-pub use load::{load, BackendKind, Loaded};
+pub use load::{load, Loaded};
 pub use model::{KvCache, Model};
 pub use sampler::{Sampler, SamplerConfig};
 pub use session::{Event, Request, Session, SessionHandle, Stats, StopReason, TokenText};

@@ -32,7 +32,17 @@ struct Scratch {
     last_norm: BufId,
     logits: BufId,
     /// Logits of every row of a step, allocated on the first `score`.
-    all_logits: Option<BufId>,
+    all_logits: Option<AllLogits>,
+}
+
+/// Where `score` computes logits: `rows` at a time (fewer than a step's rows when a step's
+/// logits would not fit one buffer, as a 256k vocabulary's do not on a 128 MiB binding), with
+/// an input buffer for the normed rows of each part when it is not the step's first.
+#[derive(Clone, Copy)]
+struct AllLogits {
+    out: BufId,
+    input: Option<BufId>,
+    rows: usize,
 }
 
 /// A loaded model: weights uploaded to a backend, and the scratch buffers to run it.
@@ -442,25 +452,50 @@ impl Model {
 
     /// Logits of every row of the step just run, read back.
     fn chunk_logits(&mut self, n: usize) -> Result<Vec<f32>> {
-        let all = match self.s.all_logits {
-            Some(buf) => buf,
-            None => {
-                let buf = self.backend.alloc(self.max_batch, self.spec.vocab_size)?;
-                self.s.all_logits = Some(buf);
-                buf
-            }
-        };
+        let all = self.all_logits_buffers()?;
         let (b, s, w) = (self.backend.as_mut(), &self.s, &self.weights);
-        b.rms_norm(
-            s.x,
-            w.output_norm,
-            s.h,
-            n,
-            self.spec.hidden_size,
-            self.spec.norm_eps,
-        )?;
-        b.matmul(s.h, &w.output, all, n)?;
-        b.read_rows(all, 0, n)
+        let (hidden, vocab) = (self.spec.hidden_size, self.spec.vocab_size);
+        b.rms_norm(s.x, w.output_norm, s.h, n, hidden, self.spec.norm_eps)?;
+        let mut logits = Vec::with_capacity(n * vocab);
+        for first in (0..n).step_by(all.rows) {
+            let rows = all.rows.min(n - first);
+            let input = match all.input {
+                Some(input) if first > 0 => {
+                    b.copy_rows(s.h, first, input, 0, rows)?;
+                    input
+                }
+                _ => s.h,
+            };
+            b.matmul(input, &w.output, all.out, rows)?;
+            logits.extend(b.read_rows(all.out, 0, rows)?);
+        }
+        Ok(logits)
+    }
+
+    /// The buffers of [`Model::chunk_logits`], made on first use.
+    fn all_logits_buffers(&mut self) -> Result<AllLogits> {
+        if let Some(all) = self.s.all_logits {
+            return Ok(all);
+        }
+        let (hidden, vocab) = (self.spec.hidden_size, self.spec.vocab_size);
+        let rows = self.max_batch.min(self.backend.max_rows(vocab));
+        if rows == 0 {
+            return Err(EngineError::Backend(format!(
+                "one row of {vocab} logits exceeds the backend's largest buffer"
+            )));
+        }
+        let input = if rows < self.max_batch {
+            Some(self.backend.alloc(rows, hidden)?)
+        } else {
+            None
+        };
+        let all = AllLogits {
+            out: self.backend.alloc(rows, vocab)?,
+            input,
+            rows,
+        };
+        self.s.all_logits = Some(all);
+        Ok(all)
     }
 }
 

@@ -115,11 +115,6 @@ fn expected_plain_bytes(dtype: DType, shape: &[usize]) -> Option<usize> {
 }
 
 impl Checkpoint {
-    /// Opens a model from a file or folder, detecting its format.
-    pub fn open(path: impl AsRef<Path>) -> Result<Checkpoint> {
-        crate::detect::open(path.as_ref())
-    }
-
     /// Builds a checkpoint from a reader's findings, checking every entry against the files:
     /// spans inside their file, sizes matching shape and dtype, no two tensors overlapping.
     pub fn from_parts(
@@ -302,11 +297,6 @@ impl Checkpoint {
             .iter()
             .map(|e| e.shape.iter().product::<usize>() as u64)
             .sum()
-    }
-
-    /// The normalized model description, from config.json or GGUF metadata.
-    pub fn spec(&self) -> Result<crate::spec::ModelSpec> {
-        crate::spec::from_checkpoint(self)
     }
 
     /// Path of a companion file in the model's folder, if it exists.

@@ -5,7 +5,8 @@
 
 use crate::checkpoint::{Checkpoint, Format};
 use crate::error::{FormatError, Result};
-use crate::safetensors_reader;
+use crate::metadata::Metadata;
+use crate::{mlx, safetensors_reader};
 use std::path::{Path, PathBuf};
 
 /// One model found under a folder.
@@ -19,6 +20,13 @@ pub struct ModelCandidate {
 
 /// How deep `find_models` looks: LM Studio's root holds `publisher/model/file.gguf`.
 const SEARCH_DEPTH: usize = 3;
+
+impl Checkpoint {
+    /// Opens a model from a file or folder, detecting its format.
+    pub fn open(path: impl AsRef<Path>) -> Result<Checkpoint> {
+        open(path.as_ref())
+    }
+}
 
 pub fn open(path: &Path) -> Result<Checkpoint> {
     let meta = std::fs::metadata(path).map_err(|e| {
@@ -35,7 +43,7 @@ pub fn open(path: &Path) -> Result<Checkpoint> {
         return open(&snapshot);
     }
     if safetensors_reader::weight_files(path)?.is_some() {
-        return safetensors_reader::open_dir(path);
+        return open_folder(path);
     }
     let ggufs = gguf_models_in(path);
     match ggufs.len() {
@@ -194,7 +202,8 @@ fn search(dir: &Path, depth: usize, found: &mut Vec<ModelCandidate>) {
         return;
     }
     if matches!(safetensors_reader::weight_files(dir), Ok(Some(_))) {
-        let mlx = matches!(safetensors_reader::read_config(dir), Ok(Some(c)) if safetensors_reader::is_mlx_config(&c));
+        let mlx =
+            matches!(safetensors_reader::read_config(dir), Ok(Some(c)) if mlx::is_mlx_config(&c));
         let format = if mlx {
             Format::Mlx
         } else {
@@ -226,4 +235,41 @@ fn search(dir: &Path, depth: usize, found: &mut Vec<ModelCandidate>) {
     for sub in subdirs {
         search(&sub, depth - 1, found);
     }
+}
+
+/// Opens a model folder holding SafeTensors weights: MLX when config.json has an MLX
+/// quantization block, SafeTensors otherwise.
+fn open_folder(dir: &Path) -> Result<Checkpoint> {
+    let weights = safetensors_reader::weight_files(dir)?.ok_or_else(|| {
+        FormatError::not_a_model(
+            dir,
+            format!(
+                "no {}, {} or model-XXXXX-of-XXXXX.safetensors",
+                safetensors_reader::SINGLE_FILE,
+                safetensors_reader::INDEX_FILE
+            ),
+        )
+    })?;
+    let config = safetensors_reader::read_config(dir)?;
+    let set = safetensors_reader::ShardSet::read(dir, &weights.paths)?;
+    if let Some(pairs) = &weights.index {
+        set.check_index(&dir.join(safetensors_reader::INDEX_FILE), pairs)?;
+    }
+    let (format, entries) = match &config {
+        Some(c) if mlx::is_mlx_config(c) => (
+            Format::Mlx,
+            mlx::entries(&set, c, &dir.join("config.json"))?,
+        ),
+        _ => (Format::Safetensors, set.plain_entries()?),
+    };
+    let safetensors_reader::ShardSet { files, maps, .. } = set;
+    Checkpoint::from_parts(
+        format,
+        dir.to_path_buf(),
+        files,
+        maps,
+        entries,
+        Metadata::default(),
+        config,
+    )
 }

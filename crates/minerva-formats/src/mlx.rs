@@ -11,6 +11,22 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
 
+/// Whether config.json describes an MLX quantized model: mlx-lm writes `quantization` (and a
+/// copy as `quantization_config`) with `bits`/`group_size`; Hugging Face's own
+/// `quantization_config` (gpt-oss MXFP4, GPTQ, ...) carries a `quant_method` instead.
+pub fn is_mlx_config(config: &serde_json::Value) -> bool {
+    if config.get("quantization").is_some_and(|q| q.is_object()) {
+        return true;
+    }
+    config
+        .get("quantization_config")
+        .and_then(|q| q.as_object())
+        .is_some_and(|q| {
+            q.get("quant_method").is_none()
+                && (q.contains_key("bits") || q.contains_key("group_size"))
+        })
+}
+
 /// How one module is packed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MlxQuant {

@@ -3,10 +3,9 @@
 //! `model-0000X-of-0000N.safetensors`), never by globbing: model folders also hold other
 //! safetensors files (references, adapters).
 
-use crate::checkpoint::{map_file, Checkpoint, Format, Layout, ModelFile, Span, TensorEntry};
+use crate::checkpoint::{map_file, Layout, ModelFile, Span, TensorEntry};
 use crate::dtype::DType;
 use crate::error::{FormatError, Result};
-use crate::metadata::Metadata;
 use memmap2::Mmap;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -243,7 +242,7 @@ impl ShardSet {
     }
 
     /// Every tensor the index names must be in the shard it names.
-    fn check_index(&self, index: &Path, pairs: &[(String, String)]) -> Result<()> {
+    pub fn check_index(&self, index: &Path, pairs: &[(String, String)]) -> Result<()> {
         let found: HashMap<&str, &Path> = self
             .tensors
             .iter()
@@ -370,53 +369,4 @@ fn hf_mxfp4_entry(
         layout: Layout::HfMxfp4,
         spans: vec![ShardSet::span(blocks.0, b), ShardSet::span(scales.0, s)],
     })
-}
-
-/// Whether config.json describes an MLX quantized model: mlx-lm writes `quantization` (and a
-/// copy as `quantization_config`) with `bits`/`group_size`; Hugging Face's own
-/// `quantization_config` (gpt-oss MXFP4, GPTQ, ...) carries a `quant_method` instead.
-pub fn is_mlx_config(config: &serde_json::Value) -> bool {
-    if config.get("quantization").is_some_and(|q| q.is_object()) {
-        return true;
-    }
-    config
-        .get("quantization_config")
-        .and_then(|q| q.as_object())
-        .is_some_and(|q| {
-            q.get("quant_method").is_none()
-                && (q.contains_key("bits") || q.contains_key("group_size"))
-        })
-}
-
-/// Opens a model folder holding SafeTensors weights: MLX when config.json has an MLX
-/// quantization block, SafeTensors otherwise.
-pub fn open_dir(dir: &Path) -> Result<Checkpoint> {
-    let weights = weight_files(dir)?.ok_or_else(|| {
-        FormatError::not_a_model(
-            dir,
-            format!("no {SINGLE_FILE}, {INDEX_FILE} or model-XXXXX-of-XXXXX.safetensors"),
-        )
-    })?;
-    let config = read_config(dir)?;
-    let set = ShardSet::read(dir, &weights.paths)?;
-    if let Some(pairs) = &weights.index {
-        set.check_index(&dir.join(INDEX_FILE), pairs)?;
-    }
-    let (format, entries) = match &config {
-        Some(c) if is_mlx_config(c) => (
-            Format::Mlx,
-            crate::mlx::entries(&set, c, &dir.join("config.json"))?,
-        ),
-        _ => (Format::Safetensors, set.plain_entries()?),
-    };
-    let ShardSet { files, maps, .. } = set;
-    Checkpoint::from_parts(
-        format,
-        dir.to_path_buf(),
-        files,
-        maps,
-        entries,
-        Metadata::default(),
-        config,
-    )
 }

@@ -4,7 +4,7 @@
 
 use super::run::{default_ctx, prepare};
 use minerva_engine::session::TextStream;
-use minerva_engine::{BackendKind, Event, Request, SamplerConfig, Session};
+use minerva_engine::{Event, Request, SamplerConfig, Session};
 use minerva_text::{Message, OutputPiece};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -50,23 +50,21 @@ pub struct Args {
     pub top_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// cpu or gpu.
-    #[arg(long, default_value = "cpu")]
-    pub backend: BackendKind,
+    #[command(flatten)]
+    pub backend: super::backend::BackendArg,
     /// Context length of the KV cache (default: the model's, at most 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let loaded = minerva_engine::load(&args.model, args.backend).map_err(|e| e.to_string())?;
+    let loaded = super::backend::load(&args.model, args.backend.kind)?;
     let p = prepare(&loaded)?;
     let ctx = args.ctx.unwrap_or_else(|| default_ctx(&loaded.model.spec));
     eprintln!(
-        "loaded {} in {:.0} ms on {}; context {ctx}; Ctrl-C stops a reply; empty line, Ctrl-D or Ctrl-C ends",
+        "loaded {} in {:.0} ms; context {ctx}; Ctrl-C stops a reply; empty line, Ctrl-D or Ctrl-C ends",
         args.model.display(),
         loaded.load_ms,
-        loaded.model.backend_name()
     );
     let streaming = handle_ctrl_c()?;
     let handle = Session::new(loaded.model, ctx, loaded.load_ms)

@@ -8,7 +8,11 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct Args {
     /// A .gguf file, or a SafeTensors / MLX model folder.
-    pub path: PathBuf,
+    #[arg(required_unless_present = "adapters")]
+    pub path: Option<PathBuf>,
+    /// List the GPU adapters (best first) and what `--backend auto` picks, instead of a model.
+    #[arg(long)]
+    pub adapters: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -166,7 +170,10 @@ fn print_text(c: &Card) {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let ckpt = Checkpoint::open(&args.path).map_err(|e| e.to_string())?;
+    let Some(path) = args.path.as_ref().filter(|_| !args.adapters) else {
+        return super::backend::print_adapters(args.json);
+    };
+    let ckpt = Checkpoint::open(path).map_err(|e| e.to_string())?;
     let card = card(&ckpt, args.ctx)?;
     if args.json {
         println!(

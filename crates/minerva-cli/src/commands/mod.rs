@@ -1,5 +1,6 @@
 //! One module per subcommand; each has clap `Args` and a `run` returning a user-facing error.
 
+mod backend;
 pub mod chat;
 pub mod convert;
 pub mod info;

@@ -1,8 +1,9 @@
 //! `minerva run`: one generation from a prompt, streamed to stdout; with `--json`, one object
 //! with the ids, the text and the speeds instead.
 
+use super::backend::AdapterJson;
 use minerva_engine::session::TextStream;
-use minerva_engine::{BackendKind, Event, Request, SamplerConfig, Session, Stats};
+use minerva_engine::{Event, Request, SamplerConfig, Session, Stats};
 use minerva_text::{Message, PromptBuilder, Tokenizer};
 use serde::Serialize;
 use std::io::Write;
@@ -43,9 +44,8 @@ pub struct Args {
     pub repeat_penalty: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// cpu or gpu.
-    #[arg(long, default_value = "cpu")]
-    pub backend: BackendKind,
+    #[command(flatten)]
+    pub backend: super::backend::BackendArg,
     /// Context length of the KV cache (default: the model's, at most 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
@@ -65,7 +65,10 @@ struct Output<'a> {
     generated_tokens: usize,
     time_to_first_token_ms: f64,
     stop_reason: &'static str,
+    /// `gpu: <adapter>` or `cpu`.
     backend: String,
+    /// The GPU adapter it ran on (null on the CPU).
+    adapter: Option<AdapterJson<'a>>,
 }
 
 /// Everything a turn needs besides the model: tokenizer, prompt ids, stop ids.
@@ -105,7 +108,7 @@ const BENCH_PASSAGE: &str = "The history of computing is a story of machines tha
     programs in memory beside the data they worked on, and every machine since has followed.";
 
 pub fn run(args: Args) -> Result<(), String> {
-    let loaded = minerva_engine::load(&args.model, args.backend).map_err(|e| e.to_string())?;
+    let loaded = super::backend::load(&args.model, args.backend.kind)?;
     let p = prepare(&loaded)?;
     let text = args.prompt.as_deref().unwrap_or(BENCH_PASSAGE);
     let mut prompt = if args.chat {
@@ -126,6 +129,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let ctx = args.ctx.unwrap_or_else(|| default_ctx(&loaded.model.spec));
     let backend = loaded.model.backend_name();
+    let adapter = loaded.backend.adapter.clone();
     let handle = Session::new(loaded.model, ctx, loaded.load_ms)
         .map_err(|e| e.to_string())?
         .spawn();
@@ -176,6 +180,7 @@ pub fn run(args: Args) -> Result<(), String> {
             time_to_first_token_ms: stats.time_to_first_token_ms,
             stop_reason: stats.stop_reason.name(),
             backend,
+            adapter: adapter.as_ref().map(AdapterJson::from),
         };
         let line = serde_json::to_string(&o).map_err(|e| e.to_string())?;
         writeln!(out, "{line}").map_err(|e| e.to_string())?;

@@ -1,7 +1,6 @@
 //! `minerva score`: the logits of one forward pass over given ids, written as SafeTensors
 //! (`logits`, f32 `[n_tokens, vocab]`) for comparison with other implementations.
 
-use minerva_engine::BackendKind;
 use safetensors::tensor::{serialize_to_file, Dtype, TensorView};
 use std::path::PathBuf;
 
@@ -15,13 +14,12 @@ pub struct Args {
     /// Output file.
     #[arg(long)]
     pub out: PathBuf,
-    /// cpu or gpu.
-    #[arg(long, default_value = "cpu")]
-    pub backend: BackendKind,
+    #[command(flatten)]
+    pub backend: super::backend::BackendArg,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let mut loaded = minerva_engine::load(&args.model, args.backend).map_err(|e| e.to_string())?;
+    let mut loaded = super::backend::load(&args.model, args.backend.kind)?;
     let model = &mut loaded.model;
     let mut cache = model.new_cache(args.ids.len()).map_err(|e| e.to_string())?;
     let logits = model

@@ -840,9 +840,14 @@ impl Backend for GpuBackend {
         self.upload(&view)
     }
 
+    fn max_rows(&self, cols: usize) -> usize {
+        let limit = self.ctx.caps.max_binding.min(self.ctx.caps.max_buffer);
+        usize::try_from(limit / (cols.max(1) as u64 * 4)).unwrap_or(usize::MAX)
+    }
+
     fn alloc(&mut self, rows: usize, cols: usize) -> Result<BufId> {
         let bytes = (rows.max(1) * cols.max(1) * 4) as u64;
-        if bytes > self.ctx.caps.max_binding {
+        if bytes > self.ctx.caps.max_binding.min(self.ctx.caps.max_buffer) {
             return Err(bad(format!(
                 "activation buffer [{rows}, {cols}] exceeds the GPU's binding limit"
             )));

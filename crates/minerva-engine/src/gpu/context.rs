@@ -82,24 +82,36 @@ fn record(slot: &Mutex<Option<GpuError>>, err: GpuError) {
     }
 }
 
+/// Every adapter of the backends `WGPU_BACKEND` allows (Vulkan, Metal, DX12 and GL by
+/// default), best first: discrete before integrated before software and, within a device type,
+/// Vulkan/Metal/DX12 before GL, which lacks subgroups and f16.
+fn ranked_adapters() -> Vec<wgpu::Adapter> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
+    let instance = wgpu::Instance::new(desc);
+    let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    adapters.sort_by_key(|a| {
+        let info = a.get_info();
+        (rank(info.device_type), info.backend == wgpu::Backend::Gl)
+    });
+    adapters
+}
+
+/// What the adapters wgpu sees are, best first (the order `GpuContext::new` chooses in).
+pub fn adapter_infos() -> Vec<wgpu::AdapterInfo> {
+    ranked_adapters().iter().map(|a| a.get_info()).collect()
+}
+
 impl GpuContext {
     /// Opens the best adapter: discrete before integrated before software, among the backends
     /// `WGPU_BACKEND` allows (all by default), filtered by `opts.adapter_name`.
     pub fn new(opts: &GpuOptions) -> GpuResult<GpuContext> {
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-        desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
-        let instance = wgpu::Instance::new(desc);
-        let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        let mut adapters = ranked_adapters();
         let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
         if let Some(want) = &opts.adapter_name {
             let want = want.to_lowercase();
             adapters.retain(|a| a.get_info().name.to_lowercase().contains(&want));
         }
-        adapters.sort_by_key(|a| {
-            let info = a.get_info();
-            // Within a device type prefer Vulkan/Metal/DX12 over GL, which lacks subgroups and f16.
-            (rank(info.device_type), info.backend == wgpu::Backend::Gl)
-        });
         let Some(adapter) = adapters.into_iter().next() else {
             let detail = match &opts.adapter_name {
                 Some(w) => format!(" whose name contains {w:?} (present: {names:?})"),

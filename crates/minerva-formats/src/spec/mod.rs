@@ -163,6 +163,13 @@ impl ModelSpec {
 }
 
 /// Builds the spec of an opened checkpoint from its config.json or GGUF metadata.
+impl Checkpoint {
+    /// The normalized model description, from config.json or GGUF metadata.
+    pub fn spec(&self) -> Result<ModelSpec> {
+        from_checkpoint(self)
+    }
+}
+
 pub fn from_checkpoint(ckpt: &Checkpoint) -> Result<ModelSpec> {
     match ckpt.format {
         Format::Gguf => gguf::from_metadata(
