@@ -1,8 +1,9 @@
-//! A tokenizer built from a GGUF file's embedded vocabulary (`tokenizer.ggml.*`): byte-level BPE
-//! with merges (`gpt2`) or SentencePiece-style BPE with scores and byte fallback (`llama`).
+//! A tokenizer built from a GGUF file's embedded vocabulary (`tokenizer.ggml.*`): BPE with merges
+//! (`gpt2`: byte-level, or raw UTF-8 with byte fallback for a few `tokenizer.ggml.pre` names) or
+//! SentencePiece-style BPE with scores and byte fallback (`llama`).
 
 use crate::error::{Result, TextError};
-use crate::pretokenizer;
+use crate::pretokenizer::{self, Alphabet};
 use minerva_formats::{MetaValue, Metadata};
 use std::collections::HashMap;
 use tokenizers::decoders::byte_fallback::ByteFallback;
@@ -316,14 +317,35 @@ fn gpt2_tokenizer(
         }
         merges.push((a.to_owned(), b.to_owned()));
     }
+    let byte_level = pre.alphabet == Alphabet::ByteLevel;
     let bpe = BPE::builder()
         .vocab_and_merges(vocab_of_model(vocab, ids), merges)
         .ignore_merges(pre.ignore_merges)
+        .byte_fallback(!byte_level)
         .build()
         .map_err(|e| tokenizer_error(origin, e))?;
     let mut t = HfTokenizer::new(bpe);
     t.with_pre_tokenizer(Some(pre.pre_tokenizer));
-    t.with_decoder(Some(ByteLevel::new(false, false, false)));
+    match pre.alphabet {
+        Alphabet::ByteLevel => {
+            t.with_decoder(Some(ByteLevel::new(false, false, false)));
+        }
+        // Raw UTF-8 pieces with `<0xXX>` byte tokens, spaces perhaps written '▁' (llama.cpp
+        // escapes the text before splitting, as a normalizer does here).
+        Alphabet::Utf8 { escape_spaces } => {
+            let mut dec = Vec::new();
+            if escape_spaces {
+                let space = Replace::new(" ", "▁").map_err(|e| tokenizer_error(origin, e))?;
+                t.with_normalizer(Some(space));
+                dec.push(DecoderWrapper::Replace(
+                    Replace::new("▁", " ").map_err(|e| tokenizer_error(origin, e))?,
+                ));
+            }
+            dec.push(DecoderWrapper::ByteFallback(ByteFallback::new()));
+            dec.push(DecoderWrapper::Fuse(Fuse::new()));
+            t.with_decoder(Some(DecoderSequence::new(dec)));
+        }
+    }
     Ok(t)
 }
 

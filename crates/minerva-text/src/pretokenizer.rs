@@ -1,79 +1,91 @@
-//! Byte-level BPE pre-tokenizers chosen by a GGUF's `tokenizer.ggml.pre` name: the regex that
-//! splits text into words before BPE runs on each word's bytes.
+//! BPE pre-tokenizers chosen by a GGUF's `tokenizer.ggml.pre` name (`gpt2`-model vocabularies;
+//! SentencePiece `llama` ones don't come here): llama.cpp's list of expressions, each splitting
+//! the pieces of the one before, as `tokenizers` Split steps, then GPT-2's byte-level mapping.
 
+mod table;
+
+pub use table::{Alphabet, PreSplit, ONIG_REWRITES, TABLE};
+
+use std::sync::LazyLock;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::SplitDelimiterBehavior;
 
-/// Llama 3 (tiktoken cl100k-style): digits in groups of up to three.
-const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-/// Qwen2 / Qwen3: as Llama 3 but every digit on its own.
-const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-/// o200k (GPT-4o, gpt-oss): case-aware words with attached contractions.
-const O200K: &str = concat!(
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-);
-
-/// How a named pre-tokenizer splits text, and whether whole words found in the vocabulary skip
-/// the merges (tiktoken-derived vocabularies are encoded that way).
+/// How a named pre-tokenizer splits text, and how BPE then treats the pieces.
 pub struct BpePre {
     pub pre_tokenizer: PreTokenizerWrapper,
     pub ignore_merges: bool,
+    pub alphabet: Alphabet,
 }
 
-/// The `tokenizer.ggml.pre` names understood here, for messages.
-pub const KNOWN_NAMES: &[&str] = &[
-    "default",
-    "gpt-2",
-    "gpt2",
-    "llama3",
-    "llama-v3",
-    "llama-bpe",
-    "qwen2",
-    "deepseek-r1-qwen",
-    "gpt-4o",
-    "o200k",
-];
+/// Every `tokenizer.ggml.pre` name of the table, for messages.
+pub static KNOWN_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    TABLE
+        .iter()
+        .flat_map(|row| row.names.iter().copied())
+        .collect()
+});
 
-/// The pre-tokenizer for a GGUF `tokenizer.ggml.pre` name. A missing name or `default` means
-/// the GPT-2 byte-level split (the documented default); an unknown name gives None.
-pub fn for_name(name: Option<&str>) -> Option<BpePre> {
-    let regex = |pattern: &str, ignore_merges: bool| {
-        let split = Split::new(
-            SplitPattern::Regex(pattern.to_owned()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .expect("built-in pre-tokenizer regexes compile");
-        BpePre {
-            pre_tokenizer: PreTokenizerWrapper::Sequence(Sequence::new(vec![
-                PreTokenizerWrapper::Split(split),
-                PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, false)),
-            ])),
-            ignore_merges,
-        }
-    };
-    match name.unwrap_or("default") {
-        "default" | "gpt-2" | "gpt2" => Some(BpePre {
-            pre_tokenizer: PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true)),
-            ignore_merges: false,
-        }),
-        "llama3" | "llama-v3" | "llama-bpe" => Some(regex(LLAMA3, true)),
-        "qwen2" | "deepseek-r1-qwen" => Some(regex(QWEN2, false)),
-        "gpt-4o" | "o200k" => Some(regex(O200K, true)),
-        _ => None,
+impl PreSplit {
+    /// The expressions as Oniguruma runs them: llama.cpp's, but for [`ONIG_REWRITES`].
+    pub fn onig_exprs(&self) -> Vec<&'static str> {
+        self.exprs
+            .iter()
+            .map(|e| {
+                ONIG_REWRITES
+                    .iter()
+                    .find(|(llama, _)| llama == e)
+                    .map_or(*e, |(_, onig)| *onig)
+            })
+            .collect()
     }
+
+    /// Split(expression, Isolated) for each expression in turn, then for byte-level rows
+    /// ByteLevel without its own regex: how a tokenizer.json writes such a pre-tokenizer.
+    pub fn pre_tokenizer(&self) -> PreTokenizerWrapper {
+        let mut steps: Vec<PreTokenizerWrapper> = self
+            .onig_exprs()
+            .into_iter()
+            .map(|e| {
+                let split = Split::new(
+                    SplitPattern::Regex(e.to_owned()),
+                    SplitDelimiterBehavior::Isolated,
+                    false,
+                )
+                .unwrap_or_else(|err| panic!("built-in pre-tokenizer regex {e:?}: {err}"));
+                PreTokenizerWrapper::Split(split)
+            })
+            .collect();
+        if self.alphabet == Alphabet::ByteLevel {
+            steps.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
+                false, false, false,
+            )));
+        }
+        PreTokenizerWrapper::Sequence(Sequence::new(steps))
+    }
+}
+
+/// The table row of a GGUF `tokenizer.ggml.pre` name; a missing name is llama.cpp's `default`.
+pub fn row(name: Option<&str>) -> Option<&'static PreSplit> {
+    let name = name.unwrap_or("default");
+    TABLE.iter().find(|row| row.names.contains(&name))
+}
+
+/// The pre-tokenizer for a GGUF `tokenizer.ggml.pre` name; an unknown name gives None.
+pub fn for_name(name: Option<&str>) -> Option<BpePre> {
+    row(name).map(|row| BpePre {
+        pre_tokenizer: row.pre_tokenizer(),
+        ignore_merges: row.ignore_merges,
+        alphabet: row.alphabet,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
     use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
 
     fn words(name: &str, text: &str) -> Vec<String> {
@@ -91,6 +103,7 @@ mod tests {
         assert_eq!(words("llama3", "12345"), ["123", "45"]);
         assert_eq!(words("qwen2", "123"), ["1", "2", "3"]);
         assert_eq!(words("gpt-4o", "12345"), ["123", "45"]);
+        assert_eq!(words("smollm", "12 345"), ["1", "2", "Ġ", "3", "4", "5"]);
     }
 
     #[test]
@@ -101,8 +114,27 @@ mod tests {
     }
 
     #[test]
+    fn every_row_builds_and_names_are_unique() {
+        let mut seen = HashSet::new();
+        for row in TABLE {
+            assert!(!row.exprs.is_empty(), "{:?}", row.names);
+            for name in row.names {
+                assert!(seen.insert(*name), "'{name}' is in two rows");
+                assert!(for_name(Some(name)).is_some());
+            }
+        }
+        assert_eq!(KNOWN_NAMES.len(), seen.len());
+        for (llama, _) in ONIG_REWRITES {
+            assert!(TABLE.iter().any(|row| row.exprs.contains(llama)), "{llama}");
+        }
+    }
+
+    #[test]
     fn unknown_names_are_refused() {
         assert!(for_name(Some("no-such-pre")).is_none());
-        assert!(for_name(None).is_some());
+        assert!(std::ptr::eq(
+            row(None).unwrap(),
+            row(Some("default")).unwrap()
+        ));
     }
 }
