@@ -130,6 +130,21 @@ pub fn choose(kind: BackendKind) -> BackendChoice {
     }
 }
 
+/// [`choose`] with `gpu` limited to adapters whose name contains `adapter` (any case).
+pub fn choose_named(kind: BackendKind, adapter: Option<&str>) -> BackendChoice {
+    match (kind, adapter) {
+        (BackendKind::Gpu, Some(name)) => {
+            let want = name.to_lowercase();
+            let found = adapters()
+                .into_iter()
+                .filter(|a| a.name.to_lowercase().contains(&want))
+                .collect();
+            choose_among(kind, found)
+        }
+        _ => choose(kind),
+    }
+}
+
 /// [`choose`] among `found`, best first.
 pub fn choose_among(kind: BackendKind, found: Vec<Adapter>) -> BackendChoice {
     let best = found.into_iter().next();

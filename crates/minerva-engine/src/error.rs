@@ -18,6 +18,9 @@ pub enum EngineError {
     Backend(String),
     #[error("{0}")]
     Invalid(String),
+    /// The caller asked to stop (a load cancelled from its progress callback).
+    #[error("cancelled")]
+    Cancelled,
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -17,7 +17,7 @@ pub use cpu::CpuBackend;
 pub use devices::{Adapter, BackendChoice, BackendKind};
 pub use error::{EngineError, Result};
 pub use gpu::GpuBackend;
-pub use load::{load, Loaded};
+pub use load::{load, load_observed, Loaded};
 pub use model::{KvCache, Model};
 pub use sampler::{Sampler, SamplerConfig};
 pub use session::{Event, Request, Session, SessionHandle, Stats, StopReason, TokenText};

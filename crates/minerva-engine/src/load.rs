@@ -10,11 +10,17 @@ use std::path::Path;
 use std::time::Instant;
 
 /// A fresh backend of a resolved kind (`Auto` is taken as the CPU: resolve it with
-/// [`devices::choose`] first).
-pub fn make_backend(kind: BackendKind) -> Result<Box<dyn Backend>> {
+/// [`devices::choose`] first); a GPU one on the best adapter whose name contains `adapter`.
+pub fn make_backend(kind: BackendKind, adapter: Option<&str>) -> Result<Box<dyn Backend>> {
     match kind {
         BackendKind::Auto | BackendKind::Cpu => Ok(Box::new(CpuBackend::new())),
-        BackendKind::Gpu => Ok(Box::new(crate::gpu::GpuBackend::new(&Default::default())?)),
+        BackendKind::Gpu => {
+            let opts = crate::gpu::GpuOptions {
+                adapter_name: adapter.map(str::to_string),
+                ..Default::default()
+            };
+            Ok(Box::new(crate::gpu::GpuBackend::new(&opts)?))
+        }
     }
 }
 
@@ -32,21 +38,41 @@ pub struct Loaded {
 /// With `Auto`, a GPU that cannot take the model (no device, out of memory) leaves it on the
 /// CPU, and the choice says why.
 pub fn load(path: &Path, kind: BackendKind) -> Result<Loaded> {
-    let mut choice = devices::choose(kind);
+    load_observed(path, kind, None, &mut |_, _| true)
+}
+
+/// As [`load`], on a GPU adapter whose name contains `adapter` when `kind` is `Gpu`, telling
+/// `progress` the bytes uploaded so far and the checkpoint's total after each tensor;
+/// `progress` returning false stops the load with [`EngineError::Cancelled`].
+pub fn load_observed(
+    path: &Path,
+    kind: BackendKind,
+    adapter: Option<&str>,
+    progress: &mut dyn FnMut(u64, u64) -> bool,
+) -> Result<Loaded> {
+    let mut choice = devices::choose_named(kind, adapter);
     let start = Instant::now();
     let checkpoint = Checkpoint::open(path)?;
     let spec = checkpoint.spec()?;
-    let on_gpu = make_backend(choice.kind)
-        .and_then(|b| Model::load_with_spec(&checkpoint, spec.clone(), b, DEFAULT_MAX_BATCH));
-    let model = match on_gpu {
+    let total: u64 = checkpoint.tensors().map(|t| t.stored_bytes() as u64).sum();
+    let mut upload = |backend: Box<dyn Backend>| {
+        let mut done = 0u64;
+        let mut told = |n: u64| {
+            done += n;
+            progress(done.min(total), total)
+        };
+        Model::load_observed(
+            &checkpoint,
+            spec.clone(),
+            backend,
+            DEFAULT_MAX_BATCH,
+            &mut told,
+        )
+    };
+    let model = match make_backend(choice.kind, adapter).and_then(&mut upload) {
         Err(EngineError::Backend(why)) if kind == BackendKind::Auto => {
             choice = BackendChoice::cpu(Some(format!("the GPU could not take the model: {why}")));
-            Model::load_with_spec(
-                &checkpoint,
-                spec,
-                make_backend(choice.kind)?,
-                DEFAULT_MAX_BATCH,
-            )?
+            upload(make_backend(choice.kind, None)?)?
         }
         other => other?,
     };

@@ -124,8 +124,20 @@ impl Model {
     pub fn load_with_spec(
         ckpt: &Checkpoint,
         spec: ModelSpec,
+        backend: Box<dyn Backend>,
+        max_batch: usize,
+    ) -> Result<Model> {
+        Self::load_observed(ckpt, spec, backend, max_batch, &mut |_| true)
+    }
+
+    /// As [`Model::load_with_spec`], telling `progress` the stored bytes of each tensor as it
+    /// is uploaded; `progress` returning false stops the load with [`EngineError::Cancelled`].
+    pub fn load_observed(
+        ckpt: &Checkpoint,
+        spec: ModelSpec,
         mut backend: Box<dyn Backend>,
         max_batch: usize,
+        progress: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Model> {
         if max_batch == 0 {
             return Err(EngineError::Invalid("max_batch must be at least 1".into()));
@@ -134,7 +146,7 @@ impl Model {
             model: ckpt.main_path().display().to_string(),
             what,
         })?;
-        let weights = load_weights(ckpt, &spec, backend.as_mut())?;
+        let weights = load_weights(ckpt, &spec, backend.as_mut(), progress)?;
         Self::assemble(spec, weights, backend, max_batch)
     }
 

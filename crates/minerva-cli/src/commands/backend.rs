@@ -36,6 +36,43 @@ impl<'a> From<&'a Adapter> for AdapterJson<'a> {
     }
 }
 
+impl BackendArg {
+    /// The service's name for it: `auto`, `gpu` or `cpu`.
+    pub fn name(&self) -> String {
+        match self.kind {
+            BackendKind::Auto => "auto",
+            BackendKind::Gpu => "gpu",
+            BackendKind::Cpu => "cpu",
+        }
+        .to_string()
+    }
+}
+
+/// Loads `path` through the service with a progress bar, and says on stderr where it runs.
+pub fn load_with_service(
+    service: &minerva_service::Service,
+    path: &Path,
+    backend: &str,
+    ctx: Option<usize>,
+) -> Result<minerva_service::ModelInfo, String> {
+    let bar = super::progress::bytes_bar("loading");
+    let info = service
+        .load_blocking(path, backend, ctx, &mut |bytes, total| {
+            bar.set_length(total);
+            bar.set_position(bytes);
+            true
+        })
+        .map_err(|e| e.to_string());
+    bar.finish_and_clear();
+    let info = info?;
+    match (&info.adapter, &info.backend_reason) {
+        (Some(a), _) => eprintln!("backend: gpu: {a}"),
+        (None, Some(why)) => eprintln!("backend: cpu ({why})"),
+        (None, None) => eprintln!("backend: {}", info.backend),
+    }
+    Ok(info)
+}
+
 /// Loads `path` on the backend `kind` resolves to and says which on stderr.
 pub fn load(path: &Path, kind: BackendKind) -> Result<Loaded, String> {
     let loaded = minerva_engine::load(path, kind).map_err(|e| e.to_string())?;

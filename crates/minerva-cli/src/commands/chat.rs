@@ -1,33 +1,27 @@
-//! `minerva chat`: an interactive chat in the terminal. Each turn renders the whole
-//! conversation with the model's template; the session's cache already holds all but the new
-//! message, so only that is computed. Reasoning (harmony analysis, `<think>`) is shown dimmed.
+//! `minerva chat`: an interactive chat in the terminal, through the service as the app chats:
+//! a conversation (kept in memory) whose turns reuse the model's KV cache, so only each new
+//! message is computed. Reasoning (harmony analysis, `<think>`) is shown dimmed.
 
-use super::run::{default_ctx, prepare};
-use minerva_engine::session::TextStream;
-use minerva_engine::{Event, Request, SamplerConfig, Session};
-use minerva_text::{Message, OutputPiece};
+use minerva_service::{ChatPiece, Service, ServiceEvent, Settings, Store};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
-
-/// The cancel flag of the reply being streamed, if one is.
-type Streaming = Arc<Mutex<Option<Arc<AtomicBool>>>>;
 
 /// Ctrl-C stops the reply being streamed (the conversation goes on with what was said); at the
 /// prompt it ends the chat, with the shell's status for an interrupt.
-fn handle_ctrl_c() -> Result<Streaming, String> {
-    let streaming: Streaming = Arc::default();
-    let current = streaming.clone();
-    ctrlc::set_handler(
-        move || match current.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            Some(cancel) => cancel.store(true, Ordering::Relaxed),
-            None => {
-                println!();
-                std::process::exit(130);
-            }
-        },
-    )
+fn handle_ctrl_c(service: Arc<Service>, conversation: i64) -> Result<Arc<AtomicBool>, String> {
+    let streaming = Arc::new(AtomicBool::new(false));
+    let now = streaming.clone();
+    ctrlc::set_handler(move || {
+        if now.load(Ordering::Relaxed) {
+            service.stop(conversation);
+        } else {
+            println!();
+            std::process::exit(130);
+        }
+    })
     .map_err(|e| format!("cannot watch for Ctrl-C: {e}"))?;
     Ok(streaming)
 }
@@ -58,27 +52,40 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let loaded = super::backend::load(&args.model, args.backend.kind)?;
-    let p = prepare(&loaded)?;
-    let ctx = args.ctx.unwrap_or_else(|| default_ctx(&loaded.model.spec));
+    let (tx, events) = channel();
+    let tx = Mutex::new(tx);
+    let sink = Arc::new(move |e: ServiceEvent| {
+        let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send(e);
+    });
+    let service = Service::new(Store::in_memory().map_err(|e| e.to_string())?, sink);
+    let info =
+        super::backend::load_with_service(&service, &args.model, &args.backend.name(), args.ctx)?;
+    let settings = Settings {
+        system_prompt: args.system.clone().unwrap_or_default(),
+        temperature: args.temp,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: 0.0,
+        seed: Some(args.seed),
+        max_tokens: args.max_tokens,
+        ctx: args.ctx,
+        backend: args.backend.name(),
+        ..Settings::default()
+    };
+    let conv = service
+        .create_conversation(None, Some(settings))
+        .map_err(|e| e.to_string())?;
     eprintln!(
-        "loaded {} in {:.0} ms; context {ctx}; Ctrl-C stops a reply; empty line, Ctrl-D or Ctrl-C ends",
+        "loaded {} in {:.0} ms; context {}; Ctrl-C stops a reply; empty line, Ctrl-D or Ctrl-C ends",
         args.model.display(),
-        loaded.load_ms,
+        info.load_ms,
+        info.ctx,
     );
-    let streaming = handle_ctrl_c()?;
-    let handle = Session::new(loaded.model, ctx, loaded.load_ms)
-        .map_err(|e| e.to_string())?
-        .spawn();
-    let mut messages: Vec<Message> = args
-        .system
-        .iter()
-        .map(|s| Message::system(s.clone()))
-        .collect();
+    let streaming = handle_ctrl_c(service.clone(), conv.id)?;
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     let mut out = std::io::stdout();
-    for turn in 0u64.. {
+    loop {
         print!("> ");
         let _ = out.flush();
         let Some(line) = lines.next() else { break };
@@ -86,72 +93,37 @@ pub fn run(args: Args) -> Result<(), String> {
         if line.trim().is_empty() {
             break;
         }
-        messages.push(Message::user(line));
-        let text = p
-            .builder
-            .render(&messages, true)
-            .map_err(|e| e.to_string())?;
-        let prompt = p
-            .builder
-            .encode(&p.tokenizer, &text)
-            .map_err(|e| e.to_string())?;
-        let sampler = SamplerConfig {
-            temperature: args.temp,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            seed: args.seed.wrapping_add(turn),
-            ..SamplerConfig::default()
-        };
-        let req = Request {
-            prompt,
-            max_tokens: args.max_tokens,
-            sampler,
-            stop: p.stop.clone(),
-        };
-        // Special tokens stay in the text: the splitter reads harmony channels from them.
-        let (mut events, cancel) =
-            handle.generate(req, Box::new(TextStream::new(p.tokenizer.clone(), false)));
-        *streaming.lock().unwrap_or_else(|p| p.into_inner()) = Some(cancel);
-        let mut splitter = p.builder.output_splitter();
-        let mut answer = String::new();
-        let print = |pieces: Vec<OutputPiece>, answer: &mut String| {
-            for piece in pieces {
-                match piece {
-                    OutputPiece::Answer(t) => {
-                        answer.push_str(&t);
-                        print!("{t}");
-                    }
-                    OutputPiece::Reasoning(t) => print!("\x1b[2m{t}\x1b[0m"),
-                }
-            }
-            let _ = std::io::stdout().flush();
-        };
+        streaming.store(true, Ordering::Relaxed);
+        let turn = service.send(conv.id, &line).map_err(|e| e.to_string())?;
         loop {
-            match events.blocking_recv() {
-                // A stop token ends the turn; its text (an end-of-turn marker) is not the answer's.
-                Some(Event::Token { id, .. }) if p.stop.contains(&id) => {}
-                Some(Event::Token { text, .. }) | Some(Event::Text(text)) => {
-                    print(splitter.push(&text), &mut answer)
-                }
-                Some(Event::Done { stats }) => {
-                    *streaming.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                    print(splitter.finish(), &mut answer);
+            let Ok(ServiceEvent::Chat(c)) = events.recv() else {
+                continue;
+            };
+            if c.turn_id != turn {
+                continue;
+            }
+            match c.piece {
+                ChatPiece::Text { text } => print!("{text}"),
+                ChatPiece::Reasoning { text } => print!("\x1b[2m{text}\x1b[0m"),
+                ChatPiece::Done { message } => {
                     println!();
-                    eprintln!(
-                        "[{} tokens, prefill {} at {:.0} tok/s, decode {:.1} tok/s, {}]",
-                        stats.generated_tokens,
-                        stats.prefill_tokens,
-                        stats.prefill_tokens_per_s,
-                        stats.decode_tokens_per_s,
-                        stats.stop_reason.name()
-                    );
+                    if let Some(s) = message.stats {
+                        eprintln!(
+                            "[{} tokens, prefill {} at {:.0} tok/s, decode {:.1} tok/s, {}]",
+                            s.generated_tokens,
+                            s.prefill_tokens,
+                            s.prefill_tokens_per_s,
+                            s.decode_tokens_per_s,
+                            s.stop_reason
+                        );
+                    }
                     break;
                 }
-                Some(Event::Error(e)) => return Err(e),
-                None => return Err("generation ended without a result".into()),
+                ChatPiece::Error { message } => return Err(message),
             }
+            let _ = out.flush();
         }
-        messages.push(Message::assistant(answer.trim_end()));
+        streaming.store(false, Ordering::Relaxed);
     }
     Ok(())
 }

@@ -1,8 +1,7 @@
 //! `minerva info`: the model card of a file or folder, as text or one JSON object.
 
-use minerva_formats::{Checkpoint, ModelSpec};
-use serde::Serialize;
-use std::collections::BTreeMap;
+use minerva_formats::Checkpoint;
+use minerva_service::card::{Fit, ModelCard};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -19,84 +18,9 @@ pub struct Args {
     /// Context length for the KV cache estimate (default: the model's, at most 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
-}
-
-#[derive(Serialize)]
-struct FileInfo {
-    path: PathBuf,
-    size: u64,
-}
-
-#[derive(Serialize)]
-struct Memory {
-    weights_bytes: u64,
-    kv_bytes: u64,
-    ctx: usize,
-}
-
-#[derive(Serialize)]
-struct Card {
-    format: &'static str,
-    architecture: &'static str,
-    parameters: u64,
-    tensors: usize,
-    dtypes: BTreeMap<String, usize>,
-    spec: ModelSpec,
-    files: Vec<FileInfo>,
-    tokenizer: bool,
-    chat_template: bool,
-    memory: Memory,
-}
-
-/// Whether the model carries a tokenizer: tokenizer.json beside it, or a GGUF vocabulary.
-fn has_tokenizer(ckpt: &Checkpoint) -> bool {
-    ckpt.companion("tokenizer.json").is_some()
-        || ckpt.metadata.get("tokenizer.ggml.tokens").is_some()
-}
-
-/// Whether the model carries a chat template in any of the places templates live.
-fn has_chat_template(ckpt: &Checkpoint) -> bool {
-    if ckpt.metadata.get_str("tokenizer.chat_template").is_some()
-        || ckpt.companion("chat_template.jinja").is_some()
-    {
-        return true;
-    }
-    ckpt.companion("tokenizer_config.json")
-        .and_then(|p| std::fs::read(p).ok())
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|v| v.get("chat_template").is_some_and(|t| !t.is_null()))
-}
-
-fn card(ckpt: &Checkpoint, ctx: Option<usize>) -> Result<Card, String> {
-    let spec = ckpt.spec().map_err(|e| e.to_string())?;
-    let mut dtypes = BTreeMap::new();
-    for t in ckpt.tensors() {
-        *dtypes.entry(t.dtype.name()).or_insert(0) += 1;
-    }
-    let ctx = ctx.unwrap_or(spec.context_length.min(4096));
-    Ok(Card {
-        format: ckpt.format.name(),
-        architecture: spec.architecture.name(),
-        parameters: ckpt.parameters(),
-        tensors: ckpt.tensor_count(),
-        dtypes,
-        files: ckpt
-            .files
-            .iter()
-            .map(|f| FileInfo {
-                path: f.path.clone(),
-                size: f.size,
-            })
-            .collect(),
-        tokenizer: has_tokenizer(ckpt),
-        chat_template: has_chat_template(ckpt),
-        memory: Memory {
-            weights_bytes: ckpt.weights_bytes(),
-            kv_bytes: spec.kv_cache_bytes(ctx, 2),
-            ctx,
-        },
-        spec,
-    })
+    /// The device whose free memory the estimate is set against.
+    #[command(flatten)]
+    pub backend: super::backend::BackendArg,
 }
 
 /// Bytes as a short human figure (binary units).
@@ -115,7 +39,7 @@ fn human(bytes: u64) -> String {
     }
 }
 
-fn print_text(c: &Card) {
+fn print_text(c: &ModelCard) {
     let s = &c.spec;
     println!("format        {}", c.format);
     println!("architecture  {}", c.architecture);
@@ -167,6 +91,16 @@ fn print_text(c: &Card) {
         c.memory.ctx,
         human(c.memory.weights_bytes + c.memory.kv_bytes)
     );
+    let free = c
+        .memory
+        .available_bytes
+        .map_or_else(|| "unknown".to_string(), human);
+    let fits = match c.memory.fits {
+        Fit::Yes => "fits",
+        Fit::No => "does not fit",
+        Fit::Unknown => "fit unknown",
+    };
+    println!("device        {}: {free} free, {fits}", c.memory.device);
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -174,7 +108,8 @@ pub fn run(args: Args) -> Result<(), String> {
         return super::backend::print_adapters(args.json);
     };
     let ckpt = Checkpoint::open(path).map_err(|e| e.to_string())?;
-    let card = card(&ckpt, args.ctx)?;
+    let device = minerva_engine::devices::choose(args.backend.kind);
+    let card = minerva_service::card(&ckpt, args.ctx, &device).map_err(|e| e.to_string())?;
     if args.json {
         println!(
             "{}",

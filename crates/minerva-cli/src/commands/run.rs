@@ -4,11 +4,11 @@
 use super::backend::AdapterJson;
 use minerva_engine::session::TextStream;
 use minerva_engine::{Event, Request, SamplerConfig, Session, Stats};
-use minerva_text::{Message, PromptBuilder, Tokenizer};
+use minerva_service::models::ChatPrep;
+use minerva_text::Message;
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -71,37 +71,6 @@ struct Output<'a> {
     adapter: Option<AdapterJson<'a>>,
 }
 
-/// Everything a turn needs besides the model: tokenizer, prompt ids, stop ids.
-pub struct Prepared {
-    pub tokenizer: Arc<Tokenizer>,
-    pub builder: PromptBuilder,
-    pub stop: Vec<u32>,
-}
-
-/// Tokenizer, chat prompt builder and stop ids of a loaded checkpoint.
-pub fn prepare(loaded: &minerva_engine::Loaded) -> Result<Prepared, String> {
-    let ckpt = &loaded.checkpoint;
-    let tokenizer = Arc::new(Tokenizer::from_checkpoint(ckpt).map_err(|e| e.to_string())?);
-    let builder = PromptBuilder::from_checkpoint(ckpt).map_err(|e| e.to_string())?;
-    let mut stop: Vec<u32> = loaded.model.spec.eos_token_ids.clone();
-    stop.extend(tokenizer.eos_ids());
-    if builder.kind() == minerva_text::PromptKind::Harmony {
-        stop.extend(minerva_text::harmony::stop_token_ids(&tokenizer));
-    }
-    stop.sort_unstable();
-    stop.dedup();
-    Ok(Prepared {
-        tokenizer,
-        builder,
-        stop,
-    })
-}
-
-/// The default context: the model's trained length, at most 4096.
-pub fn default_ctx(spec: &minerva_formats::ModelSpec) -> usize {
-    spec.context_length.clamp(1, 4096)
-}
-
 /// The text behind `--prompt-tokens` when no prompt is given.
 const BENCH_PASSAGE: &str = "The history of computing is a story of machines that learned to \
     read their own instructions. Early engineers wired each program by hand; later ones stored \
@@ -109,7 +78,7 @@ const BENCH_PASSAGE: &str = "The history of computing is a story of machines tha
 
 pub fn run(args: Args) -> Result<(), String> {
     let loaded = super::backend::load(&args.model, args.backend.kind)?;
-    let p = prepare(&loaded)?;
+    let p = ChatPrep::new(&loaded).map_err(|e| e.to_string())?;
     let text = args.prompt.as_deref().unwrap_or(BENCH_PASSAGE);
     let mut prompt = if args.chat {
         let text = p
@@ -127,7 +96,9 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         prompt = prompt.iter().copied().cycle().take(n).collect();
     }
-    let ctx = args.ctx.unwrap_or_else(|| default_ctx(&loaded.model.spec));
+    let ctx = args
+        .ctx
+        .unwrap_or_else(|| minerva_service::card::default_ctx(&loaded.model.spec));
     let backend = loaded.model.backend_name();
     let adapter = loaded.backend.adapter.clone();
     let handle = Session::new(loaded.model, ctx, loaded.load_ms)

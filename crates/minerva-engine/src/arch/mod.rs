@@ -65,12 +65,14 @@ pub fn load_weights(
     ckpt: &Checkpoint,
     spec: &ModelSpec,
     backend: &mut dyn Backend,
+    progress: &mut dyn FnMut(u64) -> bool,
 ) -> Result<ModelWeights> {
     let mut ld = Loader {
         ckpt,
         spec,
         backend,
         uploaded: HashMap::new(),
+        progress,
     };
     let layer_fn: fn(&mut Loader, usize) -> Result<LayerWeights> = match spec.architecture {
         Architecture::Llama => llama::layer,
@@ -139,6 +141,8 @@ pub struct Loader<'a> {
     pub spec: &'a ModelSpec,
     backend: &'a mut dyn Backend,
     uploaded: HashMap<String, (WeightId, Vec<usize>)>,
+    /// Told the stored bytes of each tensor once uploaded; false cancels the load.
+    progress: &'a mut dyn FnMut(u64) -> bool,
 }
 
 impl Loader<'_> {
@@ -183,6 +187,9 @@ impl Loader<'_> {
         let id = self.backend.upload(&view)?;
         self.uploaded
             .insert(name.to_string(), (id, view.shape.clone()));
+        if !(self.progress)(view.stored_bytes() as u64) {
+            return Err(EngineError::Cancelled);
+        }
         Ok((id, view.shape))
     }
 

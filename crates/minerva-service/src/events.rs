@@ -1,0 +1,73 @@
+//! What the service tells front ends as it happens: load progress, and the pieces of a reply.
+//! The app emits each as a Tauri event named by [`ServiceEvent::name`], the server as SSE, the
+//! command line prints them.
+
+use crate::models::ModelInfo;
+use crate::store::Message;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// Where events go; called from the service's threads.
+pub type Sink = Arc<dyn Fn(ServiceEvent) + Send + Sync>;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ChatPiece {
+    /// Answer text since the last piece.
+    Text {
+        text: String,
+    },
+    /// Reasoning text (gpt-oss `analysis`, `<think>`) since the last piece.
+    Reasoning {
+        text: String,
+    },
+    /// The reply, as stored, with its stats.
+    Done {
+        message: Message,
+    },
+    Error {
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatEvent {
+    pub conversation_id: i64,
+    /// The reply this piece belongs to (from `send`, `regenerate` or `edit`).
+    pub turn_id: u64,
+    #[serde(flatten)]
+    pub piece: ChatPiece,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ServiceEvent {
+    LoadProgress {
+        load_id: u64,
+        bytes: u64,
+        total: u64,
+    },
+    LoadDone {
+        load_id: u64,
+        model: ModelInfo,
+    },
+    LoadError {
+        load_id: u64,
+        message: String,
+        /// The load was cancelled rather than failed.
+        cancelled: bool,
+    },
+    Chat(ChatEvent),
+}
+
+impl ServiceEvent {
+    /// The event's name for front ends that route by name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ServiceEvent::LoadProgress { .. } => "load-progress",
+            ServiceEvent::LoadDone { .. } => "load-done",
+            ServiceEvent::LoadError { .. } => "load-error",
+            ServiceEvent::Chat(_) => "chat",
+        }
+    }
+}
