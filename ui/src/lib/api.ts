@@ -1,0 +1,159 @@
+// TypeScript mirrors of the Rust service's JSON (snake_case, as serde writes it): models,
+// conversations, messages, stats, settings, and the payloads of its commands and events.
+
+/** Ids as the service sends them (SQLite rowids or strings: compared with ===, never parsed). */
+export type Id = number | string;
+/** Times as the service sends them: Unix milliseconds or an ISO 8601 string (fed to `new Date`). */
+export type Timestamp = number | string;
+
+export type ModelFormat = 'gguf' | 'safetensors' | 'mlx';
+export type Fit = 'yes' | 'no' | 'unknown';
+
+export interface MemoryEstimate {
+  weights_bytes: number;
+  kv_bytes: number;
+  ctx: number;
+  available_bytes: number | null;
+  device: string;
+  fits: Fit;
+}
+
+export interface ModelCard {
+  path: string;
+  format: ModelFormat;
+  architecture: string;
+  parameters: number;
+  /** dtype name → tensor count, e.g. { "Q4_K": 193, "F32": 65 } */
+  dtypes: Record<string, number>;
+  context_length: number;
+  chat_template: boolean;
+  file_bytes: number;
+  memory: MemoryEstimate;
+}
+
+export type ModelSource =
+  | 'recent'
+  | 'catalogue'
+  | 'lmstudio'
+  | 'hf-cache'
+  | 'llamacpp'
+  | 'ollama'
+  | 'jan'
+  | 'dropped';
+
+export interface FoundModel {
+  path: string;
+  name: string;
+  format: ModelFormat;
+  bytes: number;
+  source: ModelSource;
+}
+
+export interface LoadedModel {
+  id: Id;
+  path: string;
+  name: string;
+  backend: 'cpu' | 'gpu';
+  adapter: string | null;
+  load_ms: number;
+  ctx: number;
+}
+
+export interface Settings {
+  system_prompt: string;
+  temperature: number;
+  top_p: number;
+  top_k: number;
+  min_p: number;
+  repeat_penalty: number;
+  seed: number | null;
+  max_tokens: number;
+  ctx: number;
+  /** "auto" | "cpu" | an adapter name */
+  backend: string;
+}
+
+export interface Conversation {
+  id: Id;
+  title: string;
+  model_path: string | null;
+  settings: Settings;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+  tokens_used: number;
+}
+
+export type Role = 'system' | 'user' | 'assistant';
+export type StopReason = 'eos' | 'max_tokens' | 'stopped' | 'context_full' | 'error';
+
+export interface Stats {
+  prompt_tokens: number;
+  generated_tokens: number;
+  time_to_first_token_ms: number;
+  prefill_tokens_per_s: number;
+  decode_tokens_per_s: number;
+  stop_reason: StopReason;
+}
+
+export interface Message {
+  id: Id;
+  conversation_id: Id;
+  role: Role;
+  content: string;
+  reasoning: string | null;
+  stats: Stats | null;
+  created_at: Timestamp;
+}
+
+export interface Status {
+  model: LoadedModel | null;
+  memory_used_bytes: number | null;
+}
+
+// ---- events -------------------------------------------------------------------------------
+
+export interface LoadProgressEvent {
+  load_id: Id;
+  bytes: number;
+  total: number;
+}
+export interface LoadDoneEvent {
+  load_id: Id;
+  model: LoadedModel;
+}
+export interface LoadErrorEvent {
+  load_id: Id;
+  message: string;
+}
+
+export type ChatEventKind = 'text' | 'reasoning' | 'stats' | 'done' | 'error';
+/** One `chat` event; text and reasoning deltas are batched at the source every ~16–33 ms. */
+export interface ChatEvent {
+  conversation_id: Id;
+  message_id: Id;
+  kind: ChatEventKind;
+  text?: string;
+  stats?: Stats;
+  message?: string;
+}
+
+/** Event names → payloads, so `listen` can be typed by name. */
+export interface EventMap {
+  'load-progress': LoadProgressEvent;
+  'load-done': LoadDoneEvent;
+  'load-error': LoadErrorEvent;
+  chat: ChatEvent;
+}
+
+export const DEFAULT_SETTINGS: Settings = {
+  system_prompt: '',
+  temperature: 0.7,
+  top_p: 0.95,
+  top_k: 40,
+  min_p: 0.05,
+  repeat_penalty: 1.1,
+  seed: null,
+  max_tokens: 1024,
+  ctx: 4096,
+  backend: 'auto',
+};
