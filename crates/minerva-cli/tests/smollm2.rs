@@ -375,19 +375,29 @@ fn mlx_4bit_copy_is_as_close_as_mlx_quantizer() {
     assert!(out["generated_tokens"].as_u64().unwrap() > 0, "{out}");
 }
 
+/// A converted copy's tokenizer.json carries the GGUF's pre-tokenizer (`smollm`: digits split
+/// first), so it tokenizes as the GGUF does where GPT-2's split alone would not.
 #[test]
-#[ignore = "convert writes a plain GPT-2 byte-level pre-tokenizer into tokenizer.json: \
-            tokenizer.ggml.pre (smollm: digits split first) is not carried"]
 fn converted_copies_tokenize_like_the_gguf() {
     let Some(model) = common::smollm2() else {
         return;
     };
     let r = reference();
-    let d = &r["tokenization_divergent"];
-    let text = d["text"].as_str().unwrap();
-    let want = ids(&d["ids_smollm_pretokenizer"]);
+    let (t, d) = (&r["tokenization"], &r["tokenization_divergent"]);
     let dir = tempfile::tempdir().unwrap();
-    let st = dir.path().join("safetensors");
-    convert(&model, "safetensors", "bf16", &st);
-    assert_eq!(tokenize(&st, text, &["--no-special"]), want);
+    for (to, quant) in [("safetensors", "bf16"), ("mlx", "8")] {
+        let out = dir.path().join(to);
+        convert(&model, to, quant, &out);
+        for (text, want) in [
+            (&t["text"], &t["ids"]),
+            (&d["text"], &d["ids_smollm_pretokenizer"]),
+        ] {
+            let text = text.as_str().unwrap();
+            assert_eq!(
+                tokenize(&out, text, &["--no-special"]),
+                ids(want),
+                "{to} copy on {text:?}"
+            );
+        }
+    }
 }

@@ -3,13 +3,16 @@
 //! Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 bytes equal to gguf-py's own quantizer's; MLX folders through
 //! mlx's loader and `mx.dequantize` against the f32 SafeTensors folder, with our error no worse
 //! than `mx.quantize`'s; converted and synthetic MLX folders run by mlx-lm and SafeTensors folders
-//! by transformers. Needs `python3` with gguf, numpy, safetensors, mlx, mlx-lm, torch and
-//! transformers installed.
+//! by transformers; tokenizer.json files written for GGUF tokenizers tokenized by Hugging Face
+//! `tokenizers` as the GGUF's own tokenizer does. Needs `python3` with gguf, numpy, safetensors,
+//! mlx, mlx-lm, torch, transformers and tokenizers installed.
 
 use minerva_formats::synth::{self, shapes};
 use minerva_formats::write::model::parse_target;
+use minerva_formats::write::tokenizer::tokenizer_json_from_gguf;
+use minerva_formats::{MetaValue, Metadata};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn tool(script: &str, args: &[&str]) -> Value {
@@ -339,4 +342,109 @@ fn gguf_fixtures_converted_to_hf_run_in_transformers_like_their_references() {
             "{arch}: transformers on the converted folder differs from the reference by {d}"
         );
     }
+}
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures"))
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn meta_value(v: &Value) -> MetaValue {
+    match v {
+        Value::Bool(b) => MetaValue::Bool(*b),
+        Value::String(s) => MetaValue::String(s.clone()),
+        Value::Number(n) if n.is_f64() => MetaValue::F32(n.as_f64().unwrap() as f32),
+        Value::Number(n) if n.is_i64() && n.as_i64().unwrap() < 0 => {
+            MetaValue::I32(n.as_i64().unwrap() as i32)
+        }
+        Value::Number(n) => MetaValue::U32(n.as_u64().unwrap() as u32),
+        Value::Array(a) => MetaValue::Array(a.iter().map(meta_value).collect()),
+        other => panic!("no GGUF value for {other}"),
+    }
+}
+
+fn u32s(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// `tokenizers`' ids and decodings of `strings` under the tokenizer.json written for `md`.
+fn hf_tokenize(md: &Metadata, strings: &[&str], dir: &Path) -> (Vec<Vec<u32>>, Vec<String>) {
+    std::fs::create_dir_all(dir).unwrap();
+    let written = tokenizer_json_from_gguf(md, Path::new("model.gguf"))
+        .unwrap()
+        .unwrap();
+    let (tj, sj) = (dir.join("tokenizer.json"), dir.join("strings.json"));
+    std::fs::write(&tj, written.to_string()).unwrap();
+    std::fs::write(&sj, serde_json::to_string(strings).unwrap()).unwrap();
+    let r = tool(
+        "check_tokenizer_json.py",
+        &[tj.to_str().unwrap(), sj.to_str().unwrap()],
+    );
+    let ids = r["ids"].as_array().unwrap().iter().map(u32s).collect();
+    let decoded = r["decoded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_owned())
+        .collect();
+    (ids, decoded)
+}
+
+/// The tokenizer.json written for a GGUF tokenizer (`convert` to SafeTensors or MLX) is loaded by
+/// Hugging Face `tokenizers` with the GGUF's own pre-tokenizer: under `llama-bpe`, `qwen2` and
+/// `gpt-4o` the small vocabulary of tests/fixtures/text/pre_tokenizer_ids.json gives the ids
+/// recorded there (those of the models' own tokenizer.json regexes, which minerva-text's GGUF
+/// tokenizer matches), digits and runs of spaces included; and SmolLM2's GGUF (`smollm`, when
+/// scripts/setup.sh has fetched it) gives transformers' reference ids.
+#[test]
+fn tokenizer_json_from_gguf_tokenizes_in_hf_tokenizers_like_the_gguf() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = read_json(&fixtures().join("text/pre_tokenizer_ids.json"));
+    let strings: Vec<&str> = data["strings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    // Digit runs and runs of spaces are where the splits differ.
+    assert!(strings.iter().any(|s| s.contains("12345")));
+    assert!(strings.iter().any(|s| s.contains("   ")));
+    let names = data["ids"].as_object().unwrap();
+    assert_eq!(names.len(), 3);
+    for (name, expected) in names {
+        let mut md = Metadata::default();
+        for (k, v) in data["metadata"].as_object().unwrap() {
+            md.0.insert(k.clone(), meta_value(v));
+        }
+        md.0.insert("tokenizer.ggml.pre".into(), MetaValue::String(name.clone()));
+        let (ids, decoded) = hf_tokenize(&md, &strings, &tmp.path().join(name));
+        for (i, s) in strings.iter().enumerate() {
+            assert_eq!(ids[i], u32s(&expected[i]), "pre '{name}' on {s:?}");
+            assert_eq!(decoded[i], *s, "pre '{name}' decode of {s:?}");
+        }
+    }
+
+    let smollm2 = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.cache/models"))
+        .join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !smollm2.is_file() {
+        eprintln!("SKIPPED SmolLM2: {} is missing", smollm2.display());
+        return;
+    }
+    let ck = minerva_formats::Checkpoint::open(&smollm2).unwrap();
+    assert_eq!(ck.metadata.get_str("tokenizer.ggml.pre"), Some("smollm"));
+    let r = read_json(&fixtures().join("smollm2/reference.json"));
+    let (t, d) = (&r["tokenization"], &r["tokenization_divergent"]);
+    let texts = [t["text"].as_str().unwrap(), d["text"].as_str().unwrap()];
+    let (ids, decoded) = hf_tokenize(&ck.metadata, &texts, &tmp.path().join("smollm2"));
+    assert_eq!(ids[0], u32s(&t["ids"]));
+    // Spaces before digits: SmolLM2's own split (digits first) keeps "  " whole.
+    assert_eq!(ids[1], u32s(&d["ids_smollm_pretokenizer"]));
+    assert_eq!(decoded, texts);
 }

@@ -1,12 +1,13 @@
 //! BPE pre-tokenizers chosen by a GGUF's `tokenizer.ggml.pre` name (`gpt2`-model vocabularies;
 //! SentencePiece `llama` ones don't come here): llama.cpp's list of expressions, each splitting
 //! the pieces of the one before, as `tokenizers` Split steps, then GPT-2's byte-level mapping.
+//! The table of names and expressions is [`minerva_formats::gguf::pre_tokenizers`] (the
+//! converter writes the same steps into tokenizer.json).
 
-mod table;
+pub use minerva_formats::gguf::pre_tokenizers::{
+    row, Alphabet, PreSplit, KNOWN_NAMES, ONIG_REWRITES, TABLE,
+};
 
-pub use table::{Alphabet, PreSplit, ONIG_REWRITES, TABLE};
-
-use std::sync::LazyLock;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
@@ -20,63 +21,34 @@ pub struct BpePre {
     pub alphabet: Alphabet,
 }
 
-/// Every `tokenizer.ggml.pre` name of the table, for messages.
-pub static KNOWN_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-    TABLE
-        .iter()
-        .flat_map(|row| row.names.iter().copied())
-        .collect()
-});
-
-impl PreSplit {
-    /// The expressions as Oniguruma runs them: llama.cpp's, but for [`ONIG_REWRITES`].
-    pub fn onig_exprs(&self) -> Vec<&'static str> {
-        self.exprs
-            .iter()
-            .map(|e| {
-                ONIG_REWRITES
-                    .iter()
-                    .find(|(llama, _)| llama == e)
-                    .map_or(*e, |(_, onig)| *onig)
-            })
-            .collect()
+/// Split(expression, Isolated) for each of the row's expressions in turn, then for byte-level
+/// rows ByteLevel without its own regex: how a tokenizer.json writes such a pre-tokenizer.
+pub fn pre_tokenizer(row: &PreSplit) -> PreTokenizerWrapper {
+    let mut steps: Vec<PreTokenizerWrapper> = row
+        .onig_exprs()
+        .into_iter()
+        .map(|e| {
+            let split = Split::new(
+                SplitPattern::Regex(e.to_owned()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .unwrap_or_else(|err| panic!("built-in pre-tokenizer regex {e:?}: {err}"));
+            PreTokenizerWrapper::Split(split)
+        })
+        .collect();
+    if row.alphabet == Alphabet::ByteLevel {
+        steps.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
+            false, false, false,
+        )));
     }
-
-    /// Split(expression, Isolated) for each expression in turn, then for byte-level rows
-    /// ByteLevel without its own regex: how a tokenizer.json writes such a pre-tokenizer.
-    pub fn pre_tokenizer(&self) -> PreTokenizerWrapper {
-        let mut steps: Vec<PreTokenizerWrapper> = self
-            .onig_exprs()
-            .into_iter()
-            .map(|e| {
-                let split = Split::new(
-                    SplitPattern::Regex(e.to_owned()),
-                    SplitDelimiterBehavior::Isolated,
-                    false,
-                )
-                .unwrap_or_else(|err| panic!("built-in pre-tokenizer regex {e:?}: {err}"));
-                PreTokenizerWrapper::Split(split)
-            })
-            .collect();
-        if self.alphabet == Alphabet::ByteLevel {
-            steps.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
-                false, false, false,
-            )));
-        }
-        PreTokenizerWrapper::Sequence(Sequence::new(steps))
-    }
-}
-
-/// The table row of a GGUF `tokenizer.ggml.pre` name; a missing name is llama.cpp's `default`.
-pub fn row(name: Option<&str>) -> Option<&'static PreSplit> {
-    let name = name.unwrap_or("default");
-    TABLE.iter().find(|row| row.names.contains(&name))
+    PreTokenizerWrapper::Sequence(Sequence::new(steps))
 }
 
 /// The pre-tokenizer for a GGUF `tokenizer.ggml.pre` name; an unknown name gives None.
 pub fn for_name(name: Option<&str>) -> Option<BpePre> {
     row(name).map(|row| BpePre {
-        pre_tokenizer: row.pre_tokenizer(),
+        pre_tokenizer: pre_tokenizer(row),
         ignore_merges: row.ignore_merges,
         alphabet: row.alphabet,
     })

@@ -2,6 +2,7 @@
 //! (`name-00001-of-00003.gguf`, …): the first part holds the metadata, every part its tensors.
 
 mod header;
+pub mod pre_tokenizers;
 
 pub use header::{parse_header, Header, TensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
 

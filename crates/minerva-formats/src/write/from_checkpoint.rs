@@ -347,7 +347,7 @@ pub fn model_from_checkpoint(ck: &Checkpoint) -> Result<Model<'_>> {
                 }
             }
             let companions = Companions {
-                tokenizer_json: tokenizer_json_from_gguf(md),
+                tokenizer_json: tokenizer_json_from_gguf(md, &path)?,
                 tokenizer_config: Some(tokenizer_config_from_gguf(md)),
                 chat_template: md.get_str("tokenizer.chat_template").map(str::to_string),
                 generation_config: Some(generation),

@@ -1,8 +1,12 @@
-//! Every GGUF `tokenizer.ggml.pre` name llama.cpp knows, with llama.cpp's split expressions
-//! (src/llama-vocab.cpp, `llm_tokenizer_bpe`) and its ignore_merges, as data. The expressions are
-//! llama.cpp's strings exactly; the few that Oniguruma must not run as written are in
-//! [`ONIG_REWRITES`]. tests/pre_tokenizer_table.rs checks both against llama.cpp's source and the
-//! Hugging Face `tokenizers` package (tests/fixtures/text/pre_tokenizer_splits.json).
+//! What a GGUF's `tokenizer.ggml.pre` means: every name llama.cpp knows, with llama.cpp's split
+//! expressions (src/llama-vocab.cpp, `llm_tokenizer_bpe`) and its ignore_merges, as data. The
+//! expressions are llama.cpp's strings exactly; the few that Oniguruma must not run as written
+//! are in [`ONIG_REWRITES`]. minerva-text builds its in-memory pre-tokenizer from this table and
+//! the tokenizer.json writer (`write::tokenizer`) writes the same steps; minerva-text's
+//! tests/pre_tokenizer_table.rs checks the table against llama.cpp's source and the Hugging Face
+//! `tokenizers` package (tests/fixtures/text/pre_tokenizer_splits.json).
+
+use std::sync::LazyLock;
 
 /// Names that llama.cpp treats alike: the same expressions and the same flags.
 pub struct PreSplit {
@@ -334,3 +338,34 @@ pub const TABLE: &[PreSplit] = &[
     // WHITESPACE
     utf8(&["whitespace"], &[r"\S+"], false),
 ];
+
+impl PreSplit {
+    /// The expressions as Oniguruma runs them (Hugging Face `tokenizers` too): llama.cpp's, but
+    /// for [`ONIG_REWRITES`].
+    pub fn onig_exprs(&self) -> Vec<&'static str> {
+        self.exprs
+            .iter()
+            .map(|e| {
+                ONIG_REWRITES
+                    .iter()
+                    .find(|(llama, _)| llama == e)
+                    .map_or(*e, |(_, onig)| *onig)
+            })
+            .collect()
+    }
+}
+
+/// The table row of a GGUF `tokenizer.ggml.pre` name; a missing name is llama.cpp's `default`.
+/// An unknown name gives None.
+pub fn row(name: Option<&str>) -> Option<&'static PreSplit> {
+    let name = name.unwrap_or("default");
+    TABLE.iter().find(|row| row.names.contains(&name))
+}
+
+/// Every `tokenizer.ggml.pre` name of the table, for messages.
+pub static KNOWN_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    TABLE
+        .iter()
+        .flat_map(|row| row.names.iter().copied())
+        .collect()
+});
