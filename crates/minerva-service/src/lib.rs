@@ -7,6 +7,7 @@ pub mod card;
 pub mod chat;
 pub mod error;
 pub mod events;
+pub mod library;
 pub mod models;
 pub mod settings;
 pub mod store;
@@ -81,6 +82,11 @@ impl Service {
             card.file_bytes,
         )?;
         Ok(card)
+    }
+
+    /// Models the user already has: recent ones, and those in other tools' folders.
+    pub fn found_models(&self) -> Vec<library::FoundModel> {
+        library::found_models(&self.store, dirs::home_dir().as_deref())
     }
 
     /// Loads a model on this thread, telling `progress(bytes, total)` (false cancels).

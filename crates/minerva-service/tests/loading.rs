@@ -117,3 +117,21 @@ fn what_is_not_a_model_gets_an_error_naming_it() {
     ));
     assert!(svc.store().recent_models(10).unwrap().is_empty());
 }
+
+#[test]
+fn models_in_other_tools_folders_are_found() {
+    let (svc, _rx) = service(Store::in_memory().unwrap());
+    let home = tempfile::tempdir().unwrap();
+    let lms = home.path().join(".lmstudio/models/someone/tiny");
+    std::fs::create_dir_all(&lms).unwrap();
+    std::fs::copy(tiny_model(), lms.join("tiny-Q4_0.gguf")).unwrap();
+    svc.open(&fixture("qwen3/f32"), "cpu", None).unwrap();
+    let found = minerva_service::library::found_models(svc.store(), Some(home.path()));
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0].source, "recent");
+    assert_eq!(found[0].format, "safetensors");
+    assert_eq!(found[1].source, "lmstudio");
+    assert_eq!(found[1].format, "gguf");
+    assert_eq!(found[1].name, "tiny-Q4_0");
+    assert_eq!(found[1].bytes, std::fs::metadata(tiny_model()).unwrap().len());
+}

@@ -84,7 +84,7 @@ export interface Conversation {
 }
 
 export type Role = 'system' | 'user' | 'assistant';
-export type StopReason = 'eos' | 'max_tokens' | 'stopped' | 'context_full' | 'error';
+export type StopReason = 'stop' | 'max_tokens' | 'cancelled' | 'context_full' | 'error';
 
 export interface Stats {
   prompt_tokens: number;

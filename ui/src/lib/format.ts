@@ -38,9 +38,9 @@ export function formatRate(perS: number): string {
 }
 
 const STOP_WORDS: Record<StopReason, string> = {
-  eos: '',
+  stop: '',
   max_tokens: 'stopped at the token limit',
-  stopped: 'stopped by you',
+  cancelled: 'stopped by you',
   context_full: 'context full',
   error: 'ended by an error',
 };

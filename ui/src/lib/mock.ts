@@ -213,7 +213,7 @@ export function createMockTransport(options: MockOptions = {}): Transport {
     let i = 0;
     const step = () => {
       gen.timer = null;
-      if (i >= pieces.length) return gen.finish('eos');
+      if (i >= pieces.length) return gen.finish('stop');
       if (gen.generated >= max) return gen.finish('max_tokens');
       const piece = pieces[i++];
       gen.firstAt ??= now();
@@ -225,7 +225,7 @@ export function createMockTransport(options: MockOptions = {}): Transport {
       }
       emit('chat', { conversation_id, message_id, kind: piece.kind, text: piece.text } satisfies ChatEvent);
       if (gen.generated % 16 === 0) {
-        emit('chat', { conversation_id, message_id, kind: 'stats', stats: statsOf(gen, 'eos') } satisfies ChatEvent);
+        emit('chat', { conversation_id, message_id, kind: 'stats', stats: statsOf(gen, 'stop') } satisfies ChatEvent);
       }
       gen.timer = setTimeout(step, tokenDelayMs);
     };
@@ -343,7 +343,7 @@ export function createMockTransport(options: MockOptions = {}): Transport {
       return null;
     },
     delete_conversation: ({ id: cid }) => {
-      generations.get(cid)?.finish('stopped');
+      generations.get(cid)?.finish('cancelled');
       conversations.splice(conversations.indexOf(conversation(cid)), 1);
       for (let i = messages.length - 1; i >= 0; i--) if (messages[i].conversation_id === cid) messages.splice(i, 1);
       return null;
@@ -382,7 +382,7 @@ export function createMockTransport(options: MockOptions = {}): Transport {
       return { message_id: newId };
     },
     stop: ({ conversation_id }) => {
-      generations.get(conversation_id)?.finish('stopped');
+      generations.get(conversation_id)?.finish('cancelled');
       return null;
     },
     update_settings: ({ conversation_id, settings }) => {

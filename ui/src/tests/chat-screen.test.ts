@@ -53,7 +53,7 @@ describe('ChatScreen with the mock service', () => {
     await waitFor(() => expect(answerText(container)).toMatch(/word2\b/));
     await user.keyboard('{Escape}');
     await waitFor(() => expect(chat.streaming).toBeNull());
-    expect(chat.messages[1].stats?.stop_reason).toBe('stopped');
+    expect(chat.messages[1].stats?.stop_reason).toBe('cancelled');
   });
 
   it('Shift+Enter makes a new line instead of sending', async () => {

@@ -32,7 +32,7 @@ const stats = (over: Partial<Stats> = {}): Stats => ({
   time_to_first_token_ms: 100,
   prefill_tokens_per_s: 100,
   decode_tokens_per_s: 20,
-  stop_reason: 'eos',
+  stop_reason: 'stop',
   ...over,
 });
 
@@ -113,14 +113,14 @@ describe('chat store', () => {
     expect(fake.called('stop')).toEqual([{ command: 'stop', args: { conversation_id: 1 } }]);
     expect(chat.streaming?.stopping).toBe(true);
     fake.emit('chat', text(100, ' answer'));
-    fake.emit('chat', { conversation_id: 1, message_id: 100, kind: 'stats', stats: stats({ stop_reason: 'stopped' }) });
+    fake.emit('chat', { conversation_id: 1, message_id: 100, kind: 'stats', stats: stats({ stop_reason: 'cancelled' }) });
     fake.emit('chat', { conversation_id: 1, message_id: 100, kind: 'done' });
     // done writes what was pending at once, without waiting for a frame
     expect(chat.streaming).toBeNull();
     expect(chat.live).toBeNull();
     expect(frames.pending).toBe(0);
     expect(chat.messages[1].content).toBe('Partial answer');
-    expect(chat.messages[1].stats?.stop_reason).toBe('stopped');
+    expect(chat.messages[1].stats?.stop_reason).toBe('cancelled');
   });
 
   it('ends the stream locally when the stop command fails', async () => {

@@ -9,13 +9,13 @@ describe('stats line', () => {
     time_to_first_token_ms: 240.4,
     prefill_tokens_per_s: 800,
     decode_tokens_per_s: 31.42,
-    stop_reason: 'eos' as const,
+    stop_reason: 'stop' as const,
   };
   it('shows tokens, time to first token and decode speed', () => {
     expect(formatStats(s)).toBe('182 tokens · TTFT 240 ms · 31.4 tok/s');
   });
   it('names a stop that was not the model’s own', () => {
-    expect(formatStats({ ...s, stop_reason: 'stopped' })).toBe('182 tokens · TTFT 240 ms · 31.4 tok/s · stopped by you');
+    expect(formatStats({ ...s, stop_reason: 'cancelled' })).toBe('182 tokens · TTFT 240 ms · 31.4 tok/s · stopped by you');
     expect(formatStats({ ...s, stop_reason: 'max_tokens', time_to_first_token_ms: 1520, decode_tokens_per_s: 142.6, generated_tokens: 1 })).toBe(
       '1 token · TTFT 1.52 s · 143 tok/s · stopped at the token limit',
     );

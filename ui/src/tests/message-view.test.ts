@@ -21,7 +21,7 @@ const reply = (over: Partial<Message> = {}): Message => ({
     time_to_first_token_ms: 180,
     prefill_tokens_per_s: 300,
     decode_tokens_per_s: 25,
-    stop_reason: 'eos',
+    stop_reason: 'stop',
   },
   created_at: 0,
   ...over,

@@ -1,0 +1,127 @@
+//! The Minerva desktop app: a window showing the web UI (ui/), whose commands and events are
+//! thin wrappers over minerva-service. Conversations live in the app data folder's SQLite file
+//! (`MINERVA_DB` names another).
+
+mod commands;
+
+use minerva_service::{ChatPiece, Service, ServiceEvent, Store};
+use serde_json::{json, Value};
+use std::sync::{Arc, OnceLock};
+use tauri::{Emitter, Manager};
+
+/// Resident memory of this process, where the system reports it (Linux).
+pub fn memory_in_use() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// An event as the UI reads it: a reply's pieces carry `message_id` (the reply being written)
+/// and `kind`; its end carries the stats.
+fn for_ui(e: &ServiceEvent) -> Value {
+    let ServiceEvent::Chat(c) = e else {
+        return serde_json::to_value(e).unwrap_or(Value::Null);
+    };
+    let mut v = json!({"conversation_id": c.conversation_id, "message_id": c.turn_id});
+    match &c.piece {
+        ChatPiece::Text { text } => {
+            v["kind"] = "text".into();
+            v["text"] = text.as_str().into();
+        }
+        ChatPiece::Reasoning { text } => {
+            v["kind"] = "reasoning".into();
+            v["text"] = text.as_str().into();
+        }
+        ChatPiece::Done { message } => {
+            v["kind"] = "done".into();
+            v["stats"] = serde_json::to_value(&message.stats).unwrap_or(Value::Null);
+            v["stored_id"] = message.id.into();
+        }
+        ChatPiece::Error { message } => {
+            v["kind"] = "error".into();
+            v["message"] = message.as_str().into();
+        }
+    }
+    v
+}
+
+/// Without a display the window cannot open: say so, and show what the command line does.
+fn no_display() -> bool {
+    cfg!(target_os = "linux")
+        && std::env::var_os("DISPLAY").is_none()
+        && std::env::var_os("WAYLAND_DISPLAY").is_none()
+}
+
+fn main() {
+    if no_display() {
+        eprintln!(
+            "Minerva's window needs a display (DISPLAY or WAYLAND_DISPLAY is not set).\n\
+             The same engine from a terminal:\n  \
+             minerva info MODEL             the model card\n  \
+             minerva chat MODEL             chat in the terminal\n  \
+             minerva run MODEL --prompt T   one reply\n\
+             (cargo run --release -p minerva-cli -- chat MODEL)"
+        );
+        std::process::exit(1);
+    }
+    let db = std::env::var_os("MINERVA_DB")
+        .map(std::path::PathBuf::from)
+        .or_else(minerva_service::default_db_path);
+    let store = match db.as_deref().map(Store::open) {
+        Some(Ok(store)) => store,
+        Some(Err(e)) => {
+            eprintln!("error: {e}; conversations will not be kept");
+            Store::in_memory().expect("an in-memory database opens")
+        }
+        None => Store::in_memory().expect("an in-memory database opens"),
+    };
+    let app_handle: Arc<OnceLock<tauri::AppHandle>> = Arc::default();
+    let emitter = app_handle.clone();
+    let sink = Arc::new(move |e: ServiceEvent| {
+        if let Some(app) = emitter.get() {
+            let _ = app.emit(e.name(), for_ui(&e));
+        }
+    });
+    let service = Service::new(store, sink);
+    let result = tauri::Builder::default()
+        .plugin(tauri_plugin_dialog::init())
+        .manage(service)
+        .setup(move |app| {
+            let _ = app_handle.set(app.handle().clone());
+            if let Some(w) = app.get_webview_window("main") {
+                let _ = w.set_title("Minerva");
+            }
+            Ok(())
+        })
+        .invoke_handler(tauri::generate_handler![
+            commands::open_model,
+            commands::load_model,
+            commands::cancel_load,
+            commands::unload_model,
+            commands::loaded_models,
+            commands::found_models,
+            commands::list_conversations,
+            commands::create_conversation,
+            commands::rename_conversation,
+            commands::delete_conversation,
+            commands::get_messages,
+            commands::send_message,
+            commands::regenerate,
+            commands::edit_message,
+            commands::stop,
+            commands::update_settings,
+            commands::status,
+        ])
+        .run(tauri::generate_context!());
+    if let Err(e) = result {
+        eprintln!("error: the window could not run: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""End to end: the real Minerva app driven as a person uses it, through tauri-driver and
+WebKitWebDriver (run under a display: xvfb-run). Screenshots of each screen go to --out.
+
+  python3 tests/e2e/app.py --app target/debug/minerva-app --model .cache/models/X.gguf --out DIR
+
+Steps: open a model by its path and see its card; load it and see the progress; cancel a load;
+chat and see the reply stream in; stop a long reply; regenerate; drop a broken file (the same
+event a real drop produces) and see the error while the app stays up; drop a model; restart the
+app and find the conversation with its messages and stats.
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.common.options import ArgOptions
+from selenium.webdriver.support.ui import WebDriverWait
+
+DRIVER_URL = "http://127.0.0.1:4444"
+QUESTION = "What is the capital of France?"
+
+
+def start_driver(env):
+    proc = subprocess.Popen(["tauri-driver"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(DRIVER_URL + "/status", timeout=1)
+            return proc
+        except Exception:
+            time.sleep(0.1)
+    proc.terminate()
+    sys.exit("tauri-driver did not answer on " + DRIVER_URL)
+
+
+def session(app):
+    opts = ArgOptions()
+    opts.set_capability("browserName", "wry")
+    opts.set_capability("tauri:options", {"application": app})
+    started = time.monotonic()
+    d = webdriver.Remote(command_executor=DRIVER_URL, options=opts)
+    # The page is up when the Models heading is drawn.
+    WebDriverWait(d, 30).until(lambda d: d.find_elements(By.XPATH, "//h1[text()='Models']"))
+    print(f"launch to window: {(time.monotonic() - started) * 1000:.0f} ms")
+    return d
+
+
+class Shots:
+    def __init__(self, out):
+        self.out = out
+        self.names = []
+
+    def __call__(self, d, name):
+        path = os.path.join(self.out, name + ".png")
+        d.save_screenshot(path)
+        self.names.append(path)
+
+
+def wait_text(d, xpath, text, timeout=60):
+    def ok(d):
+        els = d.find_elements(By.XPATH, xpath)
+        return els if any(text in e.text for e in els) else False
+    return WebDriverWait(d, timeout).until(ok)
+
+
+def button(d, label):
+    return d.find_element(By.XPATH, f"//button[normalize-space()='{label}']")
+
+
+def drop(d, paths):
+    """The event the window sends when files are dropped on it."""
+    d.execute_script(
+        "return window.__TAURI_INTERNALS__.invoke('plugin:event|emit', "
+        "{event: 'tauri://drag-drop', payload: {paths: arguments[0], position: {x: 200, y: 200}}});",
+        paths)
+
+
+def open_path(d, path):
+    box = d.find_element(By.CSS_SELECTOR, "input[aria-label='Model path']")
+    box.clear()
+    box.send_keys(path)
+    button(d, "Open path").click()
+
+
+def models_screen(d):
+    d.find_element(By.TAG_NAME, "body").send_keys(Keys.CONTROL, "1")
+    WebDriverWait(d, 10).until(lambda d: d.find_elements(By.XPATH, "//h1[text()='Models']"))
+
+
+def chat_screen(d):
+    d.find_element(By.TAG_NAME, "body").send_keys(Keys.CONTROL, "2")
+    WebDriverWait(d, 10).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "textarea[aria-label='Message']"))
+
+
+def send(d, text):
+    box = d.find_element(By.CSS_SELECTOR, "textarea[aria-label='Message']")
+    box.send_keys(text)
+    box.send_keys(Keys.ENTER)
+
+
+def replies(d):
+    return d.find_elements(By.CSS_SELECTOR, "article.msg.assistant")
+
+
+def first_run(d, args, shot):
+    # Open by path: the card.
+    open_path(d, args.model)
+    wait_text(d, "//section[contains(@class,'card')]", "gguf")
+    card = d.find_element(By.CSS_SELECTOR, "section.card").text
+    assert "llama" in card.lower(), card
+    shot(d, "01-models-card")
+
+    # Load, then cancel a second load of the same model as soon as it starts.
+    button(d, "Load").click()
+    seen_bar = bool(WebDriverWait(d, 30).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "section.load")))
+    shot(d, "02-models-loading")
+    wait_text(d, "//section[@aria-label='Loaded models']", "SmolLM2", timeout=120)
+    shot(d, "03-models-loaded")
+    assert seen_bar
+
+    # A broken file dropped on the window: an error naming it, and the app stays up.
+    broken = os.path.join(args.tmp, "broken.gguf")
+    with open(broken, "wb") as f:
+        f.write(b"GGUF" + b"\xff" * 60)
+    drop(d, [broken])
+    wait_text(d, "//*[@role='alert' or contains(@class,'error')]", "broken.gguf", timeout=30)
+    shot(d, "04-models-broken-drop")
+    # Still working: a dropped model shows its card.
+    drop(d, [args.model])
+    wait_text(d, "//section[contains(@class,'card')]", "gguf", timeout=30)
+
+    # Chat: the reply streams in and says Paris.
+    chat_screen(d)
+    send(d, QUESTION)
+    WebDriverWait(d, 120).until(lambda d: any("Paris" in r.text for r in replies(d)))
+    WebDriverWait(d, 120).until(
+        lambda d: d.find_elements(By.XPATH, "//button[normalize-space()='Regenerate']"))
+    shot(d, "05-chat-reply")
+    stats = replies(d)[-1].text
+    assert "tok/s" in stats, stats
+
+    # Regenerate: greedy or not, a reply comes back in place of the old one.
+    button(d, "Regenerate").click()
+    WebDriverWait(d, 120).until(
+        lambda d: d.find_elements(By.XPATH, "//button[normalize-space()='Regenerate']"))
+    assert len(replies(d)) == 1, [r.text for r in replies(d)]
+
+    # Stop a long reply once text has arrived.
+    send(d, "Write a very long story about a dragon and a castle, with many chapters.")
+    WebDriverWait(d, 60).until(lambda d: d.find_elements(By.XPATH, "//button[normalize-space()='Stop']"))
+    WebDriverWait(d, 60).until(lambda d: len(replies(d)) == 2 and len(replies(d)[-1].text) > 20)
+    shot(d, "06-chat-streaming")
+    button(d, "Stop").click()
+    WebDriverWait(d, 60).until(
+        lambda d: not d.find_elements(By.XPATH, "//button[normalize-space()='Stop']"))
+    shot(d, "07-chat-stopped")
+
+
+def second_run(d, shot):
+    # After a restart: the conversation, its messages and their stats are still there.
+    chat_screen(d)
+    wait_text(d, "//aside[@aria-label='Conversations']", "capital of France", timeout=30)
+    d.find_element(By.XPATH, "//aside[@aria-label='Conversations']//*[contains(text(),'capital of France')]").click()
+    WebDriverWait(d, 30).until(lambda d: any("Paris" in r.text for r in replies(d)))
+    assert len(replies(d)) == 2
+    assert "tok/s" in replies(d)[0].text
+    shot(d, "08-chat-after-restart")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--app", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    args.tmp = tempfile.mkdtemp(prefix="minerva-e2e-")
+    env = dict(os.environ)
+    env["MINERVA_DB"] = os.path.join(args.tmp, "minerva.sqlite")
+    # An empty home: no models found on disk, no window state from earlier runs.
+    env["HOME"] = args.tmp
+    shot = Shots(args.out)
+    driver = start_driver(env)
+    try:
+        d = session(os.path.abspath(args.app))
+        try:
+            first_run(d, args, shot)
+        finally:
+            d.quit()
+        d = session(os.path.abspath(args.app))
+        try:
+            second_run(d, shot)
+        finally:
+            d.quit()
+    except (AssertionError, WebDriverException) as e:
+        try:
+            shot(d, "failure")
+        except Exception:
+            pass
+        print(f"FAILED: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
+    finally:
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(10)
+        shutil.rmtree(args.tmp, ignore_errors=True)
+    print("screenshots:", " ".join(shot.names))
+
+
+if __name__ == "__main__":
+    main()
