@@ -160,7 +160,11 @@ pub struct ReplyStarted {
 }
 
 #[tauri::command(rename_all = "snake_case")]
-pub async fn send_message(svc: Svc<'_>, conversation_id: i64, text: String) -> Answer<ReplyStarted> {
+pub async fn send_message(
+    svc: Svc<'_>,
+    conversation_id: i64,
+    text: String,
+) -> Answer<ReplyStarted> {
     let svc = svc.inner().clone();
     off_ui(move || {
         let message_id = svc.send(conversation_id, &text).map_err(words)?;
@@ -195,11 +199,7 @@ pub fn stop(svc: Svc<'_>, conversation_id: i64) {
 }
 
 #[tauri::command(rename_all = "snake_case")]
-pub async fn update_settings(
-    svc: Svc<'_>,
-    conversation_id: i64,
-    settings: Settings,
-) -> Answer<()> {
+pub async fn update_settings(svc: Svc<'_>, conversation_id: i64, settings: Settings) -> Answer<()> {
     let svc = svc.inner().clone();
     off_ui(move || {
         svc.store()

@@ -8,15 +8,21 @@ use std::process::Command;
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 fn missing_tools() -> Vec<&'static str> {
-    ["tauri-driver", "WebKitWebDriver", "xvfb-run", "dbus-run-session", "python3"]
-        .into_iter()
-        .filter(|t| {
-            !Command::new("sh")
-                .args(["-c", &format!("command -v {t}")])
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .collect()
+    [
+        "tauri-driver",
+        "WebKitWebDriver",
+        "xvfb-run",
+        "dbus-run-session",
+        "python3",
+    ]
+    .into_iter()
+    .filter(|t| {
+        !Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+    .collect()
 }
 
 #[test]
@@ -26,7 +32,11 @@ fn the_app_loads_a_model_and_chats_like_a_person_uses_it() {
     if !missing.is_empty() || !model.is_file() {
         let why = format!(
             "missing {missing:?}{}; run scripts/setup.sh",
-            if model.is_file() { "" } else { " and the SmolLM2 model" }
+            if model.is_file() {
+                ""
+            } else {
+                " and the SmolLM2 model"
+            }
         );
         assert!(std::env::var_os("CI").is_none(), "{why}");
         eprintln!("SKIPPED: {why}");
@@ -34,7 +44,14 @@ fn the_app_loads_a_model_and_chats_like_a_person_uses_it() {
     }
     let out = PathBuf::from(ROOT).join("target/e2e-screenshots");
     let o = Command::new("xvfb-run")
-        .args(["-a", "-s", "-screen 0 1280x800x24", "dbus-run-session", "--", "python3"])
+        .args([
+            "-a",
+            "-s",
+            "-screen 0 1280x800x24",
+            "dbus-run-session",
+            "--",
+            "python3",
+        ])
         .arg(Path::new(ROOT).join("tests/e2e/app.py"))
         .arg("--app")
         .arg(env!("CARGO_BIN_EXE_minerva-app"))
@@ -48,7 +65,7 @@ fn the_app_loads_a_model_and_chats_like_a_person_uses_it() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     eprintln!("{stdout}");
     assert!(o.status.success(), "{stdout}\n{stderr}");
-    for shot in ["01-models-card", "05-chat-reply", "08-chat-after-restart"] {
+    for shot in ["01-models-card", "06-chat-reply", "09-chat-after-restart"] {
         assert!(out.join(format!("{shot}.png")).is_file(), "{shot}.png");
     }
 }

@@ -20,13 +20,20 @@ import time
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.common.options import ArgOptions
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.remote.file_detector import UselessFileDetector
+from selenium.webdriver.support.ui import WebDriverWait as _Wait
 
 DRIVER_URL = "http://127.0.0.1:4444"
+
+
+def WebDriverWait(d, timeout):
+    """Waits that look again when the UI redrew an element between finding and reading it."""
+    return _Wait(d, timeout, poll_frequency=0.1,
+                 ignored_exceptions=[StaleElementReferenceException])
 QUESTION = "What is the capital of France?"
 
 
@@ -49,6 +56,8 @@ def session(app):
     opts.set_capability("tauri:options", {"application": app})
     started = time.monotonic()
     d = webdriver.Remote(command_executor=DRIVER_URL, options=opts)
+    # Typed paths are text for the app, not files to upload to the driver.
+    d.file_detector = UselessFileDetector()
     # The page is up when the Models heading is drawn.
     WebDriverWait(d, 30).until(lambda d: d.find_elements(By.XPATH, "//h1[text()='Models']"))
     print(f"launch to window: {(time.monotonic() - started) * 1000:.0f} ms")
@@ -109,6 +118,13 @@ def send(d, text):
     box.send_keys(Keys.ENTER)
 
 
+def set_number(d, label, value):
+    box = d.find_element(
+        By.XPATH, f"//aside[@aria-label='Settings']//label[contains(., '{label}')]//input")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(str(value), Keys.TAB)
+
+
 def replies(d):
     return d.find_elements(By.CSS_SELECTOR, "article.msg.assistant")
 
@@ -126,7 +142,10 @@ def first_run(d, args, shot):
     seen_bar = bool(WebDriverWait(d, 30).until(
         lambda d: d.find_elements(By.CSS_SELECTOR, "section.load")))
     shot(d, "02-models-loading")
-    wait_text(d, "//section[@aria-label='Loaded models']", "SmolLM2", timeout=120)
+    # Loaded: the status bar names it (and the app moves on to the chat).
+    wait_text(d, "//footer | //*[contains(@class,'status')]", "SmolLM2", timeout=120)
+    models_screen(d)
+    wait_text(d, "//section[@aria-label='Loaded models']", "SmolLM2", timeout=30)
     shot(d, "03-models-loaded")
     assert seen_bar
 
@@ -141,13 +160,19 @@ def first_run(d, args, shot):
     drop(d, [args.model])
     wait_text(d, "//section[contains(@class,'card')]", "gguf", timeout=30)
 
-    # Chat: the reply streams in and says Paris.
+    # Chat: greedy replies of at most 200 tokens (the settings panel), then the reply streams
+    # in and says Paris.
     chat_screen(d)
+    button(d, "Settings").click()
+    set_number(d, "Temperature", 0)
+    set_number(d, "Max tokens", 200)
+    shot(d, "05-chat-settings")
+    button(d, "Close").click()
     send(d, QUESTION)
     WebDriverWait(d, 120).until(lambda d: any("Paris" in r.text for r in replies(d)))
     WebDriverWait(d, 120).until(
         lambda d: d.find_elements(By.XPATH, "//button[normalize-space()='Regenerate']"))
-    shot(d, "05-chat-reply")
+    shot(d, "06-chat-reply")
     stats = replies(d)[-1].text
     assert "tok/s" in stats, stats
 
@@ -161,22 +186,25 @@ def first_run(d, args, shot):
     send(d, "Write a very long story about a dragon and a castle, with many chapters.")
     WebDriverWait(d, 60).until(lambda d: d.find_elements(By.XPATH, "//button[normalize-space()='Stop']"))
     WebDriverWait(d, 60).until(lambda d: len(replies(d)) == 2 and len(replies(d)[-1].text) > 20)
-    shot(d, "06-chat-streaming")
+    shot(d, "07-chat-streaming")
     button(d, "Stop").click()
     WebDriverWait(d, 60).until(
         lambda d: not d.find_elements(By.XPATH, "//button[normalize-space()='Stop']"))
-    shot(d, "07-chat-stopped")
+    WebDriverWait(d, 30).until(lambda d: "stopped by you" in replies(d)[-1].text)
+    shot(d, "08-chat-stopped")
 
 
 def second_run(d, shot):
     # After a restart: the conversation, its messages and their stats are still there.
     chat_screen(d)
-    wait_text(d, "//aside[@aria-label='Conversations']", "capital of France", timeout=30)
-    d.find_element(By.XPATH, "//aside[@aria-label='Conversations']//*[contains(text(),'capital of France')]").click()
+    # (WebKit leaves an ellipsized title out of an element's visible text: find it by its text.)
+    title = "//aside[@aria-label='Conversations']//button[contains(text(),'What is the capital')]"
+    WebDriverWait(d, 30).until(lambda d: d.find_elements(By.XPATH, title))
+    d.find_element(By.XPATH, title).click()
     WebDriverWait(d, 30).until(lambda d: any("Paris" in r.text for r in replies(d)))
     assert len(replies(d)) == 2
     assert "tok/s" in replies(d)[0].text
-    shot(d, "08-chat-after-restart")
+    shot(d, "09-chat-after-restart")
 
 
 def main():
@@ -185,6 +213,7 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
     args = p.parse_args()
+    args.model = os.path.abspath(args.model)
     os.makedirs(args.out, exist_ok=True)
     args.tmp = tempfile.mkdtemp(prefix="minerva-e2e-")
     env = dict(os.environ)
@@ -194,21 +223,16 @@ def main():
     shot = Shots(args.out)
     driver = start_driver(env)
     try:
-        d = session(os.path.abspath(args.app))
-        try:
-            first_run(d, args, shot)
-        finally:
-            d.quit()
-        d = session(os.path.abspath(args.app))
-        try:
-            second_run(d, shot)
-        finally:
-            d.quit()
+        for run in (lambda d: first_run(d, args, shot), lambda d: second_run(d, shot)):
+            d = session(os.path.abspath(args.app))
+            try:
+                run(d)
+            except (AssertionError, WebDriverException):
+                shot(d, "failure")
+                raise
+            finally:
+                d.quit()
     except (AssertionError, WebDriverException) as e:
-        try:
-            shot(d, "failure")
-        except Exception:
-            pass
         print(f"FAILED: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)
     finally:

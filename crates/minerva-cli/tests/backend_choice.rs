@@ -1,23 +1,13 @@
 //! `--backend auto` (the default): a real GPU adapter when there is one, else the CPU; the
 //! choice on stderr and in `--json`, and `minerva info --adapters` listing what wgpu sees.
 
+mod common;
+
+use common::minerva;
 use std::path::Path;
 use std::process::{Command, Output};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
-
-fn minerva(args: &[&str]) -> Output {
-    let o = Command::new(env!("CARGO_BIN_EXE_minerva"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "minerva {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
 
 fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()

@@ -8,10 +8,10 @@
 
 mod common;
 
+use common::minerva;
 use safetensors::SafeTensors;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
 /// Max abs logit difference allowed against the float32 transformers run. The weights are the
@@ -22,19 +22,6 @@ const LOGIT_TOL: f32 = 2e-3;
 fn reference() -> Value {
     let path = Path::new(FIXTURES).join("smollm2/reference.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn minerva(args: &[&str]) -> Output {
-    let o = Command::new(env!("CARGO_BIN_EXE_minerva"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "minerva {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
 }
 
 fn ids(v: &Value) -> Vec<u64> {

@@ -133,5 +133,8 @@ fn models_in_other_tools_folders_are_found() {
     assert_eq!(found[1].source, "lmstudio");
     assert_eq!(found[1].format, "gguf");
     assert_eq!(found[1].name, "tiny-Q4_0");
-    assert_eq!(found[1].bytes, std::fs::metadata(tiny_model()).unwrap().len());
+    assert_eq!(
+        found[1].bytes,
+        std::fs::metadata(tiny_model()).unwrap().len()
+    );
 }

@@ -1,6 +1,9 @@
-//! Shared by the CLI tests: where the real models that `scripts/setup.sh` fetches live.
+//! Shared by the CLI tests: running `minerva`, and where the real models that
+//! `scripts/setup.sh` fetches live.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::process::{Command, Output};
 
 /// The repository's git-ignored model cache, `<repo>/.cache/models`.
 pub fn model_cache() -> PathBuf {
@@ -30,4 +33,18 @@ pub fn real_model(name: &str) -> Option<PathBuf> {
 #[allow(dead_code)]
 pub fn smollm2() -> Option<PathBuf> {
     real_model("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// Runs `minerva` with `args`; it must succeed (the failure shows its stderr).
+pub fn minerva(args: &[&str]) -> Output {
+    let o = Command::new(env!("CARGO_BIN_EXE_minerva"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "minerva {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
 }
