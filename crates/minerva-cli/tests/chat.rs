@@ -1,5 +1,8 @@
-//! `minerva chat` end to end: two turns from stdin (the second reuses the first's cache), and
-//! Ctrl-C at the prompt ending the chat.
+//! `minerva chat` end to end: two turns from stdin (the second reuses the first's cache), Ctrl-C
+//! at the prompt ending the chat, and a chat kept in a database file killed mid-reply losing only
+//! that reply.
+
+mod common;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -82,4 +85,89 @@ fn ctrl_c_at_the_prompt_ends_the_chat() {
     assert!(kill.success());
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
+}
+
+/// A prompt whose greedy reply from SmolLM2 runs for hundreds of tokens.
+const LONG_REPLY: &[u8] =
+    b"Write a very long story about a dragon and a castle, with many chapters.\n";
+
+#[test]
+fn a_chat_killed_mid_reply_loses_only_that_reply() {
+    let Some(model) = common::smollm2() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("minerva.sqlite");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_minerva"))
+        .arg("chat")
+        .arg(&model)
+        .args([
+            "--temp",
+            "0",
+            "--max-tokens",
+            "2000",
+            "--backend",
+            "cpu",
+            "--db",
+        ])
+        .arg(&db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Keep stdin open: the chat waits for more after this reply.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(LONG_REPLY).unwrap();
+    // Wait until the reply is streaming: text after the prompt "> ". A reply that ended first
+    // would leave the chat waiting at its next prompt, so the read is given up after a while.
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        while seen.len() < 64 {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        seen
+    });
+    let start = std::time::Instant::now();
+    while !reader.is_finished() && start.elapsed() < std::time::Duration::from_secs(120) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SIGKILL: no destructor, no flush.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(stdin);
+    let seen = reader.join().unwrap();
+    assert!(
+        seen.len() >= 64,
+        "the reply did not stream: {}",
+        String::from_utf8_lossy(&seen)
+    );
+
+    let store = minerva_service::Store::open(&db).unwrap();
+    assert_eq!(store.integrity().unwrap(), "ok");
+    let conversations = store.conversations(None).unwrap();
+    assert_eq!(conversations.len(), 1);
+    let messages = store.messages(conversations[0].id).unwrap();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(messages[0].role, minerva_service::Role::User);
+    assert_eq!(
+        messages[0].content.as_bytes(),
+        LONG_REPLY.strip_suffix(b"\n").unwrap()
+    );
+    // The file takes new writes.
+    store
+        .add_message(
+            conversations[0].id,
+            minerva_service::Role::User,
+            "again",
+            None,
+            None,
+            None,
+        )
+        .unwrap();
 }

@@ -103,7 +103,9 @@ fn open_file(path: &Path) -> Result<Checkpoint> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    if name.ends_with(".gguf") {
+    // Stores that name files by their hash (Ollama's blobs) keep GGUF files without the
+    // extension: the magic says what they are.
+    if name.ends_with(".gguf") || starts_with_gguf_magic(path) {
         return crate::gguf::open(path);
     }
     let is_weights = name == safetensors_reader::SINGLE_FILE
@@ -117,6 +119,14 @@ fn open_file(path: &Path) -> Result<Checkpoint> {
             "not a model file (expected a .gguf file, model.safetensors, model.safetensors.index.json or a model folder)",
         )),
     }
+}
+
+fn starts_with_gguf_magic(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"GGUF")
 }
 
 /// `models--org--name` of a Hugging Face cache: its newest `snapshots/<hash>/`.

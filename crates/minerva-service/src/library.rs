@@ -1,6 +1,6 @@
 //! Models a user already has: the recent ones, and those found in the folders other tools keep
-//! them in (LM Studio, the Hugging Face hub cache, llama.cpp's cache, Jan), each with its
-//! format and size, ready to open in one click.
+//! them in (LM Studio, the Hugging Face hub cache, llama.cpp's cache, Jan, Ollama's store),
+//! each with its format and size, ready to open in one click.
 
 use crate::store::Store;
 use minerva_formats::detect::find_models;
@@ -14,7 +14,7 @@ pub struct FoundModel {
     /// gguf, safetensors or mlx.
     pub format: String,
     pub bytes: u64,
-    /// recent, lmstudio, hf-cache, llamacpp or jan.
+    /// recent, lmstudio, hf-cache, llamacpp, jan or ollama.
     pub source: &'static str,
 }
 
@@ -67,6 +67,14 @@ pub fn found_models(store: &Store, home: Option<&Path>) -> Vec<FoundModel> {
         r.bytes = size_of(&r.path);
     }
     let Some(home) = home else { return found };
+    let ollama = std::env::var_os("OLLAMA_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".ollama/models"));
+    for m in ollama_models(&ollama) {
+        if !found.iter().any(|f| f.path == m.path) {
+            found.push(m);
+        }
+    }
     for (place, source) in PLACES {
         let dir = home.join(place);
         if !dir.is_dir() {
@@ -86,4 +94,56 @@ pub fn found_models(store: &Store, home: Option<&Path>) -> Vec<FoundModel> {
         }
     }
     found
+}
+
+/// The GGUF blobs Ollama's manifests name (`manifests/<registry>/<namespace>/<model>/<tag>`,
+/// each listing its layers; the model layer's digest names `blobs/sha256-<hex>`), as
+/// `model:tag`.
+fn ollama_models(root: &Path) -> Vec<FoundModel> {
+    let mut manifests = Vec::new();
+    collect_files(&root.join("manifests"), 4, &mut manifests);
+    manifests.sort();
+    manifests
+        .into_iter()
+        .filter_map(|manifest| {
+            let text = std::fs::read_to_string(&manifest).ok()?;
+            let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+            let digest = json["layers"]
+                .as_array()?
+                .iter()
+                .find(|l| l["mediaType"] == "application/vnd.ollama.image.model")?["digest"]
+                .as_str()?;
+            let hex = digest.strip_prefix("sha256:")?;
+            if !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                return None;
+            }
+            let blob = root.join("blobs").join(format!("sha256-{hex}"));
+            let bytes = std::fs::metadata(&blob).ok()?.len();
+            let tag = manifest.file_name()?.to_string_lossy().into_owned();
+            let model = manifest
+                .parent()?
+                .file_name()?
+                .to_string_lossy()
+                .into_owned();
+            Some(FoundModel {
+                path: blob,
+                name: format!("{model}:{tag}"),
+                format: "gguf".into(),
+                bytes,
+                source: "ollama",
+            })
+        })
+        .collect()
+}
+
+/// Files under `dir`, at most `depth` folders down.
+fn collect_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_file() => out.push(path),
+            Ok(t) if t.is_dir() && depth > 0 => collect_files(&path, depth - 1, out),
+            _ => {}
+        }
+    }
 }

@@ -13,9 +13,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Schema steps in order; step `i` takes `user_version` from `i` to `i + 1`. Never edit a step
 /// that has shipped: add one.
 pub const MIGRATIONS: &[&str] = &[
-    // 1: conversations, messages, recent models.
+    // 1: conversations, messages, recent models. Ids are never reused (AUTOINCREMENT): a front
+    // end may still hold the id of a deleted reply.
     "CREATE TABLE conversations (
-        id INTEGER PRIMARY KEY,
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
         title TEXT NOT NULL,
         model_path TEXT,
         settings TEXT NOT NULL,
@@ -23,7 +24,7 @@ pub const MIGRATIONS: &[&str] = &[
         updated_at INTEGER NOT NULL
     );
     CREATE TABLE messages (
-        id INTEGER PRIMARY KEY,
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
         conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
         role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
         content TEXT NOT NULL,

@@ -24,7 +24,7 @@ fn a_second_turn_prefills_only_its_new_tokens() {
     let first = wait_reply(&rx, svc.send(conv.id, "Hello there").unwrap());
     let m1 = first.result.unwrap();
     let s1 = m1.stats.clone().unwrap();
-    assert_eq!(s1.generated_tokens, 6);
+    assert!((1..=6).contains(&s1.generated_tokens));
     assert_eq!(s1.prefill_tokens, s1.prompt_tokens, "nothing cached yet");
     // The streamed text is the stored reply.
     assert_eq!(first.text.trim_end(), m1.content);
@@ -64,8 +64,8 @@ fn regenerate_replaces_the_last_reply_and_edit_drops_what_followed() {
     let b = wait_reply(&rx, svc.regenerate(conv.id).unwrap())
         .result
         .unwrap();
-    // Greedy: the same reply again, stored as a new message in place of the old one.
-    assert_eq!(a.content, b.content);
+    // A new reply, stored in place of the old one.
+    assert_ne!(a.id, b.id);
     let messages = svc.store().messages(conv.id).unwrap();
     assert_eq!(messages.len(), 2);
     assert_eq!(messages[1].id, b.id);
@@ -90,14 +90,21 @@ fn regenerate_replaces_the_last_reply_and_edit_drops_what_followed() {
 
 #[test]
 fn stop_ends_a_reply_and_keeps_what_it_said() {
+    // A model that speaks: its greedy story runs for hundreds of tokens, so the reply is still
+    // going when it is stopped.
+    let Some(model) = common::smollm2() else {
+        return;
+    };
     let (svc, rx) = service(Store::in_memory().unwrap());
-    svc.load_blocking(&tiny_model(), "cpu", Some(2048), &mut |_, _| true)
+    svc.load_blocking(&model, "cpu", Some(2048), &mut |_, _| true)
         .unwrap();
-    let mut settings = greedy(1500);
-    settings.temperature = 0.8;
-    settings.seed = Some(1);
-    let conv = svc.create_conversation(None, Some(settings)).unwrap();
-    let turn = svc.send(conv.id, "Go on for a long time").unwrap();
+    let conv = svc.create_conversation(None, Some(greedy(1500))).unwrap();
+    let turn = svc
+        .send(
+            conv.id,
+            "Write a very long story about a dragon and a castle.",
+        )
+        .unwrap();
     // Stop once the first text has arrived.
     loop {
         let e = rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
@@ -107,9 +114,16 @@ fn stop_ends_a_reply_and_keeps_what_it_said() {
     }
     svc.stop(conv.id);
     let reply = wait_reply(&rx, turn);
-    let stats = reply.result.unwrap().stats.unwrap();
+    let message = reply.result.unwrap();
+    let stats = message.stats.clone().unwrap();
     assert_eq!(stats.stop_reason, "cancelled");
-    assert!(stats.generated_tokens < 1500);
+    assert!(stats.generated_tokens >= 1 && stats.generated_tokens < 1500);
+    // What it said so far is the stored reply (the first piece was read above).
+    assert!(!message.content.is_empty());
+    assert!(
+        message.content.ends_with(reply.text.trim_end()),
+        "{message:?}"
+    );
 }
 
 #[test]

@@ -138,3 +138,38 @@ fn models_in_other_tools_folders_are_found() {
         std::fs::metadata(tiny_model()).unwrap().len()
     );
 }
+
+#[test]
+fn ollama_blobs_are_found_by_their_manifests_and_open_as_gguf() {
+    let (svc, _rx) = service(Store::in_memory().unwrap());
+    let home = tempfile::tempdir().unwrap();
+    let models = home.path().join(".ollama/models");
+    let hex = "ab12".repeat(16);
+    let manifest = models.join("manifests/registry.ollama.ai/library/tiny/q4_0");
+    std::fs::create_dir_all(manifest.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(models.join("blobs")).unwrap();
+    std::fs::write(
+        &manifest,
+        format!(
+            r#"{{"schemaVersion": 2, "layers": [
+                {{"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:00"}},
+                {{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:{hex}"}}]}}"#
+        ),
+    )
+    .unwrap();
+    let blob = models.join(format!("blobs/sha256-{hex}"));
+    std::fs::copy(tiny_model(), &blob).unwrap();
+    let found = minerva_service::library::found_models(svc.store(), Some(home.path()));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (
+            found[0].name.as_str(),
+            found[0].source,
+            found[0].format.as_str()
+        ),
+        ("tiny:q4_0", "ollama", "gguf")
+    );
+    // The blob has no extension: it opens by its GGUF magic.
+    let card = svc.open(&found[0].path, "cpu", None).unwrap();
+    assert_eq!(card.format, "gguf");
+}

@@ -1,13 +1,9 @@
 //! The SQLite store: migrations from an empty database and from every earlier schema version,
-//! a database from a newer Minerva refused, and a process killed in the middle of a reply
-//! losing only that reply.
-
-mod common;
+//! and a database from a newer Minerva refused. (A process killed in the middle of a reply:
+//! crates/minerva-cli/tests/chat.rs.)
 
 use minerva_service::store::{create_at_version, MIGRATIONS};
 use minerva_service::{Role, Settings, Store};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 
 #[test]
 fn an_empty_database_gets_every_step() {
@@ -61,72 +57,4 @@ fn a_newer_schema_is_refused() {
     minerva_service::store::exec_raw(&path, "PRAGMA user_version = 999;").unwrap();
     let err = Store::open(&path).err().unwrap().to_string();
     assert!(err.contains("999"), "{err}");
-}
-
-const CHILD: &str = "MINERVA_TEST_KILLED_CHILD_DB";
-
-/// The child: a long reply on a conversation in the database file, announcing its first text.
-#[test]
-fn killed_child_role() {
-    let Some(db) = std::env::var_os(CHILD) else {
-        return;
-    };
-    let (svc, rx) = common::service(Store::open(std::path::Path::new(&db)).unwrap());
-    svc.load_blocking(&common::tiny_model(), "cpu", Some(4096), &mut |_, _| true)
-        .unwrap();
-    let settings = Settings {
-        max_tokens: 4000,
-        seed: Some(3),
-        backend: "cpu".into(),
-        ..Settings::default()
-    };
-    let conv = svc.create_conversation(None, Some(settings)).unwrap();
-    svc.send(conv.id, "Say a lot").unwrap();
-    loop {
-        if let minerva_service::ServiceEvent::Chat(_) = rx.recv().unwrap() {
-            println!("streaming {}", conv.id);
-            break;
-        }
-    }
-    std::thread::sleep(std::time::Duration::from_secs(60));
-}
-
-#[test]
-fn a_process_killed_mid_reply_loses_only_that_reply() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("minerva.sqlite");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "killed_child_role",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, &db)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let conv_id: i64 = loop {
-        let line = lines.next().expect("the child ended early").unwrap();
-        // The harness prints the test's name on the same line.
-        if let Some((_, id)) = line.split_once("streaming ") {
-            break id.trim().parse().unwrap();
-        }
-    };
-    // SIGKILL: no destructor, no flush.
-    child.kill().unwrap();
-    child.wait().unwrap();
-
-    let store = Store::open(&db).unwrap();
-    assert_eq!(store.integrity().unwrap(), "ok");
-    let messages = store.messages(conv_id).unwrap();
-    assert_eq!(messages.len(), 1, "{messages:?}");
-    assert_eq!(messages[0].role, Role::User);
-    assert_eq!(messages[0].content, "Say a lot");
-    // The database takes new writes.
-    store
-        .add_message(conv_id, Role::User, "again", None, None, None)
-        .unwrap();
 }

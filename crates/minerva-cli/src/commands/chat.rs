@@ -49,6 +49,10 @@ pub struct Args {
     /// Context length of the KV cache (default: the model's, at most 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
+    /// Keep the conversation in this SQLite file (the app's database, for one, so that it shows
+    /// in the app); by default it lives in memory and ends with the chat.
+    #[arg(long)]
+    pub db: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -57,7 +61,12 @@ pub fn run(args: Args) -> Result<(), String> {
     let sink = Arc::new(move |e: ServiceEvent| {
         let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send(e);
     });
-    let service = Service::new(Store::in_memory().map_err(|e| e.to_string())?, sink);
+    let store = match &args.db {
+        Some(path) => Store::open(path),
+        None => Store::in_memory(),
+    }
+    .map_err(|e| e.to_string())?;
+    let service = Service::new(store, sink);
     let info =
         super::backend::load_with_service(&service, &args.model, &args.backend.name(), args.ctx)?;
     let settings = Settings {

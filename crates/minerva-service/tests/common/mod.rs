@@ -19,6 +19,26 @@ pub fn tiny_model() -> PathBuf {
     fixture("llama/gguf-q4_0/llama-Q4_0.gguf")
 }
 
+/// SmolLM2-135M-Instruct, fetched by scripts/setup.sh: a model that speaks, for replies that
+/// must run long. Missing under CI is a failure; elsewhere the test is skipped, loudly.
+pub fn smollm2() -> Option<PathBuf> {
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.cache/models"))
+        .join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} is missing: run scripts/setup.sh",
+        path.display()
+    );
+    eprintln!(
+        "SKIPPED: {} is missing (scripts/setup.sh fetches it)",
+        path.display()
+    );
+    None
+}
+
 pub fn service(store: Store) -> (Arc<Service>, Receiver<ServiceEvent>) {
     let (tx, rx) = channel();
     let tx = Mutex::new(tx);
