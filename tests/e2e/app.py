@@ -6,8 +6,9 @@ WebKitWebDriver (run under a display: xvfb-run). Screenshots of each screen go t
 
 Steps: open a model by its path and see its card; load it and see the progress; cancel a load;
 chat and see the reply stream in; stop a long reply; regenerate; drop a broken file (the same
-event a real drop produces) and see the error while the app stays up; drop a model; restart the
-app and find the conversation with its messages and stats.
+event a real drop produces) and see the error while the app stays up; drop a model; close the
+window in the middle of a reply; restart the app and find the conversation with its messages and
+stats, less the reply the close cut short.
 """
 import argparse
 import os
@@ -193,6 +194,12 @@ def first_run(d, args, shot):
     WebDriverWait(d, 30).until(lambda d: "stopped by you" in replies(d)[-1].text)
     shot(d, "08-chat-stopped")
 
+    # Close the window in the middle of a reply: the app ends, and (below) that reply alone is
+    # lost.
+    send(d, "Now tell me another long story, about a knight.")
+    WebDriverWait(d, 60).until(lambda d: len(replies(d)) == 3 and len(replies(d)[-1].text) > 20)
+    d.close()
+
 
 def second_run(d, shot):
     # After a restart: the conversation, its messages and their stats are still there.
@@ -204,6 +211,9 @@ def second_run(d, shot):
     WebDriverWait(d, 30).until(lambda d: any("Paris" in r.text for r in replies(d)))
     assert len(replies(d)) == 2
     assert "tok/s" in replies(d)[0].text
+    # The message sent before the window closed is there; its unfinished reply is not.
+    users = d.find_elements(By.CSS_SELECTOR, "article.msg.user")
+    assert len(users) == 3 and "knight" in users[-1].text, [u.text for u in users]
     shot(d, "09-chat-after-restart")
 
 
@@ -231,7 +241,10 @@ def main():
                 shot(d, "failure")
                 raise
             finally:
-                d.quit()
+                try:
+                    d.quit()
+                except WebDriverException:
+                    pass  # the window was closed, and the app with it
     except (AssertionError, WebDriverException) as e:
         print(f"FAILED: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)
