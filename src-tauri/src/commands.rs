@@ -68,6 +68,12 @@ pub async fn unload_model(svc: Svc<'_>, id: u64) -> Answer<()> {
 }
 
 #[tauri::command(rename_all = "snake_case")]
+pub async fn adapters(svc: Svc<'_>) -> Answer<Vec<minerva_service::AdapterView>> {
+    let svc = svc.inner().clone();
+    off_ui(move || Ok(svc.adapters())).await
+}
+
+#[tauri::command(rename_all = "snake_case")]
 pub fn loaded_models(svc: Svc<'_>) -> Vec<ModelInfo> {
     svc.loaded()
 }

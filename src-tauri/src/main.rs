@@ -105,6 +105,7 @@ fn main() {
             commands::load_model,
             commands::cancel_load,
             commands::unload_model,
+            commands::adapters,
             commands::loaded_models,
             commands::found_models,
             commands::list_conversations,

@@ -137,6 +137,12 @@ def first_run(d, args, shot):
     card = d.find_element(By.CSS_SELECTOR, "section.card").text
     assert "llama" in card.lower(), card
     shot(d, "01-models-card")
+    # The backend choices: auto, gpu, cpu, then each adapter by name.
+    options = [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "section.card select option")]
+    adapters = d.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "window.__TAURI_INTERNALS__.invoke('adapters').then((a) => done(a.map((x) => x.name)));")
+    assert options == ["auto", "gpu", "cpu"] + adapters, (options, adapters)
 
     # Load, then cancel a second load of the same model as soon as it starts.
     button(d, "Load").click()

@@ -25,6 +25,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// A GPU adapter as front ends list it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AdapterView {
+    /// What to pass as a backend to load on it.
+    pub name: String,
+    /// `name (API, driver …)`.
+    pub description: String,
+    pub software: bool,
+}
+
 /// Progress is sent at most this often during a load.
 const PROGRESS_EVERY: Duration = Duration::from_millis(50);
 
@@ -82,6 +92,19 @@ impl Service {
             card.file_bytes,
         )?;
         Ok(card)
+    }
+
+    /// The GPU adapters a model can be loaded on by name, best first (software ones last, as
+    /// `auto` passes them over).
+    pub fn adapters(&self) -> Vec<AdapterView> {
+        minerva_engine::devices::adapters()
+            .iter()
+            .map(|a| AdapterView {
+                name: a.name.clone(),
+                description: a.to_string(),
+                software: a.software,
+            })
+            .collect()
     }
 
     /// Models the user already has: recent ones, and those in other tools' folders.

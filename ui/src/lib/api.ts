@@ -49,6 +49,14 @@ export interface FoundModel {
   source: ModelSource;
 }
 
+/** A GPU adapter a model can be loaded on by name. */
+export interface Adapter {
+  name: string;
+  /** "name (API, driver …)" */
+  description: string;
+  software: boolean;
+}
+
 export interface LoadedModel {
   id: Id;
   path: string;

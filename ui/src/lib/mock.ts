@@ -316,6 +316,9 @@ export function createMockTransport(options: MockOptions = {}): Transport {
       if (i >= 0) loaded.splice(i, 1);
       return null;
     },
+    adapters: () => [
+      { name: 'Mock GPU', description: 'Mock GPU (Vulkan, driver mock 1.0)', software: false },
+    ],
     loaded_models: () => loaded.slice(),
     found_models: () => FOUND.slice(),
     list_conversations: ({ query } = {}) => {

@@ -4,6 +4,8 @@ import { describe, expect, it } from 'vitest';
 import { ModelsStore } from '../lib/stores/models.svelte';
 import type { LoadedModel, ModelCard } from '../lib/api';
 import { fakeTransport, settle } from './fake';
+import { createMockTransport } from '../lib/mock';
+import type { Transport } from '../lib/transport';
 
 const card: ModelCard = {
   path: '/m/a.gguf',
@@ -126,5 +128,25 @@ describe('models store', () => {
     release({ load_id: 'L3' });
     await started;
     expect(models.load).toMatchObject({ load_id: 'L3', bytes: 30, total: 100, phase: 'loading' });
+  });
+});
+
+describe('GPU adapters', () => {
+  it('are offered by name once the store starts, and none when the service has no answer', async () => {
+    const store = new ModelsStore(createMockTransport());
+    await store.init();
+    expect(store.adapters.map((a) => a.name)).toEqual(['Mock GPU']);
+    store.dispose();
+
+    const failing = createMockTransport();
+    const broken: Transport = {
+      listen: (event, handler) => failing.listen(event, handler),
+      invoke: <T>(cmd: string, args?: object): Promise<T> =>
+        cmd === 'adapters' ? Promise.reject('no') : failing.invoke<T>(cmd, args),
+    };
+    const plain = new ModelsStore(broken);
+    await plain.init();
+    expect(plain.adapters).toEqual([]);
+    plain.dispose();
   });
 });

@@ -4,6 +4,7 @@
 import type { Transport } from '../transport';
 import { errorText } from '../errors';
 import type {
+  Adapter,
   FoundModel,
   Id,
   LoadDoneEvent,
@@ -43,6 +44,8 @@ export class ModelsStore {
   status = $state<Status>({ model: null, memory_used_bytes: null });
   /** Load options: "auto" | "cpu" | "gpu" | an adapter name, and the context size. */
   backend = $state('auto');
+  /** GPU adapters that can be named as the backend. */
+  adapters = $state<Adapter[]>([]);
   ctx = $state(4096);
 
   recent = $derived(this.found.filter((f) => f.source === 'recent'));
@@ -69,7 +72,15 @@ export class ModelsStore {
       this.#t.listen<LoadDoneEvent>('load-done', (e) => this.#onLoadEvent({ kind: 'done', e })),
       this.#t.listen<LoadErrorEvent>('load-error', (e) => this.#onLoadEvent({ kind: 'error', e })),
     ]);
-    await this.refresh();
+    await Promise.all([this.refresh(), this.#loadAdapters()]);
+  }
+
+  async #loadAdapters(): Promise<void> {
+    try {
+      this.adapters = await this.#t.invoke<Adapter[]>('adapters');
+    } catch {
+      this.adapters = []; // auto, gpu and cpu still work
+    }
   }
 
   dispose(): void {
