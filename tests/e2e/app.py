@@ -144,7 +144,24 @@ def first_run(d, args, shot):
         "window.__TAURI_INTERNALS__.invoke('adapters').then((a) => done(a.map((x) => x.name)));")
     assert options == ["auto", "gpu", "cpu"] + adapters, (options, adapters)
 
-    # Load, then cancel a second load of the same model as soon as it starts.
+    # A load cancelled as soon as it starts (Load, and Cancel on the next frame, as fast as a
+    # person could not): the bar says so and nothing is loaded.
+    state = d.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const byText = (sel, text) =>
+            [...document.querySelectorAll(sel)].find((b) => b.textContent.trim() === text);
+        byText('section.card button', 'Load').click();
+        requestAnimationFrame(() => {
+            const cancel = byText('section.load button', 'Cancel');
+            if (!cancel) return done('no Cancel button');
+            cancel.click();
+            setTimeout(() => window.__TAURI_INTERNALS__.invoke('loaded_models').then(
+                (m) => done({bar: document.querySelector('section.load').innerText, loaded: m.length})), 1000);
+        });""")
+    assert isinstance(state, dict) and "Cancelled loading" in state["bar"] and state["loaded"] == 0, state
+    shot(d, "02-models-load-cancelled")
+
+    # Load it for real.
     button(d, "Load").click()
     seen_bar = bool(WebDriverWait(d, 30).until(
         lambda d: d.find_elements(By.CSS_SELECTOR, "section.load")))

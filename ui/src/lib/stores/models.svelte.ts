@@ -118,6 +118,7 @@ export class ModelsStore {
       const card = await this.#t.invoke<ModelCard>('open_model', { path });
       this.card = card;
       this.ctx = Math.min(card.memory.ctx || 4096, card.context_length || Infinity);
+      void this.refresh(); // it is a recent model now
       return card;
     } catch (err) {
       this.error = errorText(err);
