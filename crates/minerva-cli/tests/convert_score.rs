@@ -3,22 +3,12 @@
 //! llama.cpp's files match to float noise; MLX 4-bit stays as close to the f32 logits as mlx-lm's
 //! own 4-bit folder does.
 
+mod common;
+
+use common::minerva;
 use std::path::Path;
-use std::process::Command;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
-
-fn minerva(args: &[&str]) {
-    let o = Command::new(env!("CARGO_BIN_EXE_minerva"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "minerva {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
 
 fn f32_tensor(path: &Path, name: &str) -> Vec<f32> {
     let bytes = std::fs::read(path).unwrap();

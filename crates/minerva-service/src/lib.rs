@@ -55,8 +55,8 @@ pub struct Service {
     /// Cancel flags of loads in progress.
     loads: Mutex<HashMap<u64, Arc<AtomicBool>>>,
     models: Mutex<Vec<Arc<LoadedModel>>>,
-    /// Cancel flags of replies in progress, by conversation.
-    turns: Mutex<HashMap<i64, Arc<AtomicBool>>>,
+    /// Cancel flags of replies in progress, by conversation, with the model writing each.
+    turns: Mutex<HashMap<i64, (u64, Arc<AtomicBool>)>>,
 }
 
 impl Service {
@@ -182,10 +182,9 @@ impl Service {
             .iter()
             .position(|m| m.info.id == id)
             .ok_or(ServiceError::NoSuchModel(id))?;
-        let path = models[i].info.path.display().to_string();
-        for c in self.store.conversations(None)? {
-            if c.model_path.as_deref() == Some(path.as_str()) {
-                self.stop(c.id);
+        for (model, cancel) in lock(&self.turns).values() {
+            if *model == id {
+                cancel.store(true, Ordering::Relaxed);
             }
         }
         models.remove(i);
@@ -241,6 +240,7 @@ impl Service {
         let conversation = self.store.conversation(conversation_id)?;
         let model = self.model_for(&conversation)?;
         let turn_id = self.id();
+        let model_id = model.info.id;
         let cancel = chat::start(chat::Turn {
             turn_id,
             conversation,
@@ -248,7 +248,7 @@ impl Service {
             store: self.store.clone(),
             sink: self.sink.clone(),
         })?;
-        lock(&self.turns).insert(conversation_id, cancel);
+        lock(&self.turns).insert(conversation_id, (model_id, cancel));
         Ok(turn_id)
     }
 
@@ -295,8 +295,8 @@ impl Service {
     /// Stops the conversation's reply in progress (within one token); what was generated is
     /// kept, with stop reason `cancelled`.
     pub fn stop(&self, conversation_id: i64) {
-        if let Some(c) = lock(&self.turns).get(&conversation_id) {
-            c.store(true, Ordering::Relaxed);
+        if let Some((_, cancel)) = lock(&self.turns).get(&conversation_id) {
+            cancel.store(true, Ordering::Relaxed);
         }
     }
 }

@@ -46,26 +46,21 @@ fn size_of(path: &Path) -> u64 {
 /// The recent models (most recent first, those still on disk), then every model found in the
 /// usual places under `home`.
 pub fn found_models(store: &Store, home: Option<&Path>) -> Vec<FoundModel> {
+    // Format and size were recorded when the model was opened.
     let mut found: Vec<FoundModel> = store
         .recent_models(20)
         .unwrap_or_default()
         .into_iter()
-        .map(|r| PathBuf::from(&r.path))
-        .filter(|p| p.exists())
-        .map(|p| FoundModel {
+        .map(|r| (PathBuf::from(&r.path), r))
+        .filter(|(p, _)| p.exists())
+        .map(|(p, r)| FoundModel {
             name: crate::models::display_name(&p),
-            format: String::new(),
-            bytes: 0,
+            format: r.format,
+            bytes: r.bytes,
             source: "recent",
             path: p,
         })
         .collect();
-    for r in &mut found {
-        if let Ok(c) = minerva_formats::Checkpoint::open(&r.path) {
-            r.format = c.format.name().to_string();
-        }
-        r.bytes = size_of(&r.path);
-    }
     let Some(home) = home else { return found };
     let ollama = std::env::var_os("OLLAMA_MODELS")
         .map(PathBuf::from)

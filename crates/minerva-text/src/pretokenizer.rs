@@ -54,20 +54,28 @@ pub fn for_name(name: Option<&str>) -> Option<BpePre> {
     })
 }
 
+/// The pieces a named pre-tokenizer splits `text` into, as BPE then sees them (byte-level
+/// rows write a space as 'Ġ'); None for an unknown name.
+pub fn pieces(name: &str, text: &str) -> Option<Vec<String>> {
+    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+    let pre = for_name(Some(name))?.pre_tokenizer;
+    let mut s = PreTokenizedString::from(text);
+    pre.pre_tokenize(&mut s).ok()?;
+    Some(
+        s.get_splits(OffsetReferential::Original, OffsetType::Char)
+            .into_iter()
+            .map(|(w, _, _)| w.to_owned())
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashSet;
-    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
 
     fn words(name: &str, text: &str) -> Vec<String> {
-        let pre = for_name(Some(name)).unwrap().pre_tokenizer;
-        let mut s = PreTokenizedString::from(text);
-        pre.pre_tokenize(&mut s).unwrap();
-        s.get_splits(OffsetReferential::Original, OffsetType::Char)
-            .into_iter()
-            .map(|(w, _, _)| w.to_owned())
-            .collect()
+        pieces(name, text).unwrap()
     }
 
     #[test]

@@ -11,7 +11,6 @@ use minerva_formats::MetaValue;
 use minerva_text::pretokenizer::{self, Alphabet, ONIG_REWRITES, TABLE};
 use minerva_text::Tokenizer;
 use serde_json::Value;
-use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
 
 /// Table names that llama.cpp does not know: Minerva's earlier spellings.
 const MINERVA_ONLY: [&str; 2] = ["gpt2", "o200k"];
@@ -25,13 +24,7 @@ fn strs(v: &Value) -> Vec<&str> {
 }
 
 fn pieces(name: &str, text: &str) -> Vec<String> {
-    let pre = pretokenizer::for_name(Some(name)).unwrap().pre_tokenizer;
-    let mut s = PreTokenizedString::from(text);
-    pre.pre_tokenize(&mut s).unwrap();
-    s.get_splits(OffsetReferential::Original, OffsetType::Char)
-        .into_iter()
-        .map(|(w, _, _)| w.to_owned())
-        .collect()
+    pretokenizer::pieces(name, text).unwrap()
 }
 
 #[test]
