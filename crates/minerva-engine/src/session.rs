@@ -280,8 +280,22 @@ impl Session {
                 let mut emit = |e: Event| {
                     let _ = events.send(e);
                 };
-                if let Err(e) = session.generate(&req, &cancel, text.as_mut(), &mut emit) {
-                    let _ = events.send(Event::Error(e.to_string()));
+                let run = minerva_formats::guard::catch(|| {
+                    session.generate(&req, &cancel, text.as_mut(), &mut emit)
+                });
+                match run {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        let _ = events.send(Event::Error(e.to_string()));
+                    }
+                    // The model's state is unknown after a panic: report it and end the
+                    // session, so later turns get a clear error instead of wrong text.
+                    Err(panic) => {
+                        let _ = events.send(Event::Error(format!(
+                            "the engine failed ({panic}); load the model again"
+                        )));
+                        return;
+                    }
                 }
             }
         });
@@ -330,7 +344,9 @@ impl SessionHandle {
             events: tx.clone(),
         };
         if self.jobs.as_ref().is_none_or(|j| j.send(job).is_err()) {
-            let _ = tx.send(Event::Error("the session's thread has stopped".into()));
+            let _ = tx.send(Event::Error(
+                "the session has stopped after an engine failure; load the model again".into(),
+            ));
         }
         (rx, cancel)
     }

@@ -1,12 +1,14 @@
 //! What is in model files: GGUF, SafeTensors and MLX readers over memory maps, the dtypes they
 //! hold, CPU dequantization, and the normalized ModelSpec.
 
+pub mod architecture;
 pub mod checkpoint;
 pub mod dequant;
 pub mod detect;
 pub mod dtype;
 pub mod error;
 pub mod gguf;
+pub mod guard;
 pub mod metadata;
 pub mod mlx;
 pub mod names;

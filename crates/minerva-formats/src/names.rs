@@ -2,7 +2,7 @@
 //! (llama.cpp's names) and MLX folders (mlx-lm's names). Convert maps every tensor through a
 //! role, so one table per format says where each piece of a model lives.
 
-use crate::spec::Architecture;
+use crate::architecture::Architecture;
 
 /// What a tensor does in the network, independent of any file's naming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

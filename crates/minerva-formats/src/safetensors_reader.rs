@@ -3,6 +3,8 @@
 //! `model-0000X-of-0000N.safetensors`), never by globbing: model folders also hold other
 //! safetensors files (references, adapters).
 
+mod header_check;
+
 use crate::checkpoint::{map_file, Layout, ModelFile, Span, TensorEntry};
 use crate::dtype::DType;
 use crate::error::{FormatError, Result};
@@ -43,8 +45,17 @@ impl HeaderError {
 /// The crate checks the length field, the JSON, contiguous non-overlapping offsets, shape
 /// overflow and that the data ends exactly at the end of the buffer.
 pub fn parse_header(bytes: &[u8]) -> std::result::Result<Vec<RawTensor>, HeaderError> {
-    let (header_len, meta) = safetensors::SafeTensors::read_metadata(bytes)
-        .map_err(|e| HeaderError::Malformed(format!("invalid safetensors header: {e}")))?;
+    let (header_len, meta) = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| {
+        // The crate's message names no tensor; ours does where the header lets us.
+        let named = header_check::diagnose(bytes);
+        HeaderError::Malformed(named.unwrap_or_else(|| format!("invalid safetensors header: {e}")))
+    })?;
+    // The crate reads the header into a map, so a name given twice would silently lose one.
+    if let Some(name) = header_check::repeated_name(bytes) {
+        return Err(HeaderError::Malformed(format!(
+            "tensor '{name}' appears twice in the header"
+        )));
+    }
     let base = 8 + header_len;
     let infos = meta.tensors();
     let mut out = Vec::with_capacity(infos.len());

@@ -153,17 +153,32 @@ fn fixture_folders_match_the_readme_table() {
     }
 }
 
-/// The spec of a folder holding `config` and a one-tensor model.safetensors.
+/// The spec of a folder holding `config` and a model.safetensors with the embedding and one
+/// norm per layer that the config states (the spec is checked against the tensors present).
 fn spec(config: serde_json::Value) -> Result<ModelSpec, FormatError> {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    let one = Raw {
-        name: "x",
-        dtype: "F32",
-        shape: vec![1],
-        data: vec![0; 4],
-    };
-    write_safetensors(&dir.path().join("model.safetensors"), &[one]);
+    let count = |k: &str| config[k].as_u64().unwrap_or(1) as usize;
+    let (vocab, hidden) = (count("vocab_size"), count("hidden_size"));
+    let names: Vec<String> = (0..count("num_hidden_layers"))
+        .map(|l| format!("model.layers.{l}.input_layernorm.weight"))
+        .collect();
+    let mut tensors: Vec<Raw> = names
+        .iter()
+        .map(|name| Raw {
+            name,
+            dtype: "F32",
+            shape: vec![1],
+            data: vec![0; 4],
+        })
+        .collect();
+    tensors.push(Raw {
+        name: "model.embed_tokens.weight",
+        dtype: "F16",
+        shape: vec![vocab, hidden],
+        data: vec![0; vocab * hidden * 2],
+    });
+    write_safetensors(&dir.path().join("model.safetensors"), &tensors);
     Checkpoint::open(dir.path()).unwrap().spec()
 }
 

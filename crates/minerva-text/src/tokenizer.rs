@@ -91,9 +91,12 @@ impl Tokenizer {
                 "no tokenizer.json in the model folder",
             ));
         }
-        let mut inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
-            TextError::malformed(path.display(), format!("not a valid tokenizer.json: {e}"))
-        })?;
+        // The tokenizers crate panics on some damaged files; the guard makes that an error.
+        let mut inner = minerva_formats::guard::catch(|| tokenizers::Tokenizer::from_file(&path))
+            .map_err(|panic| TextError::malformed(path.display(), format!("not a valid tokenizer.json: {panic}")))?
+            .map_err(|e| {
+                TextError::malformed(path.display(), format!("not a valid tokenizer.json: {e}"))
+            })?;
         let found = hf_config::read_folder_specials(dir)?;
         let origin = dir.display().to_string();
         add_config_tokens(&mut inner, &found.added_tokens, &origin)?;
@@ -162,7 +165,8 @@ impl Tokenizer {
 
     /// The tokenizer a GGUF's metadata describes; `origin` names the file in messages.
     pub fn from_gguf_metadata(meta: &Metadata, origin: &str) -> Result<Tokenizer> {
-        let (inner, g) = gguf_vocab::build(meta, origin)?;
+        let (inner, g) = minerva_formats::guard::catch(|| gguf_vocab::build(meta, origin))
+            .map_err(|panic| TextError::malformed(origin, format!("bad vocabulary: {panic}")))??;
         let text = |id: Option<u32>| id.and_then(|i| inner.id_to_token(i));
         let specials = SpecialTokens {
             bos_token: text(g.bos),

@@ -193,7 +193,8 @@ pub fn glu_into(gate: &mut [f32], up: &[f32], act: Activation) {
             .for_each(|(g, u)| *g = *g * sigmoid(*g) * u),
         Activation::GptOssClamped { alpha, limit } => gate.iter_mut().zip(up).for_each(|(g, u)| {
             let gc = g.min(limit);
-            let uc = u.clamp(-limit, limit);
+            // max/min rather than clamp: clamp panics when a bad limit inverts the range.
+            let uc = u.max(-limit).min(limit);
             *g = (uc + 1.0) * gc * sigmoid(alpha * gc);
         }),
     }

@@ -1,10 +1,46 @@
 //! ModelSpec from GGUF metadata keys (`<arch>.*`, `tokenizer.ggml.*`), plus the few facts only
 //! the tensor table tells (biases, q/k norms, tied embeddings).
 
+use super::validate::{self, Field, KeyNames};
 use super::{Activation, Architecture, ModelSpec, MoeSpec, RopeScaling, RopeSpec, RopeStyle};
 use crate::error::{FormatError, Result};
 use crate::metadata::Metadata;
+use std::collections::BTreeSet;
 use std::path::Path;
+
+/// The GGUF key behind each checked quantity, under the file's architecture prefix.
+#[derive(Debug)]
+pub struct GgufKeys {
+    arch: String,
+}
+
+impl KeyNames for GgufKeys {
+    fn key(&self, field: Field) -> String {
+        let suffix = match field {
+            Field::Layers => "block_count",
+            Field::Hidden => "embedding_length",
+            Field::Heads => "attention.head_count",
+            Field::KvHeads => "attention.head_count_kv",
+            Field::HeadDim => "attention.key_length",
+            Field::Vocab => "vocab_size",
+            Field::Ffn => "feed_forward_length",
+            Field::Experts => "expert_count",
+            Field::ExpertsUsed => "expert_used_count",
+            Field::ExpertFfn => "expert_feed_forward_length",
+            Field::Context => "context_length",
+            Field::NormEps => "attention.layer_norm_rms_epsilon",
+            Field::RopeTheta => "rope.freq_base",
+            Field::RopeDim => "rope.dimension_count",
+            Field::RopeFactor => "rope.scaling.factor",
+            Field::RopeOriginalContext => "rope.scaling.original_context_length",
+            Field::SlidingWindow => "attention.sliding_window",
+            // gpt-oss GGUFs carry no key for these: the engine's constants.
+            Field::SwigluLimit => return "the SwiGLU limit".into(),
+            Field::SwigluAlpha => return "the SwiGLU alpha".into(),
+        };
+        format!("{}.{suffix}", self.arch)
+    }
+}
 
 /// Metadata of one architecture: `<arch>.<key>` lookups that name the key when it is wrong.
 struct Keys<'a> {
@@ -52,12 +88,14 @@ impl Keys<'_> {
     }
 }
 
-/// Builds the spec from a GGUF's metadata; `has_tensor` answers whether a tensor name exists.
+/// Builds the spec from a GGUF's metadata; `has_tensor` answers whether a tensor name exists
+/// and `layers` holds the block numbers the tensors use.
 pub fn from_metadata(
     md: &Metadata,
     has_tensor: &dyn Fn(&str) -> bool,
+    layers: &BTreeSet<usize>,
     path: &Path,
-) -> Result<ModelSpec> {
+) -> Result<(ModelSpec, GgufKeys)> {
     let arch_name = md
         .get_str("general.architecture")
         .ok_or_else(|| FormatError::malformed(path, "key 'general.architecture' is missing"))?;
@@ -88,6 +126,10 @@ pub fn from_metadata(
 
     let hidden_size = k.usize("embedding_length")?;
     let n_layers = k.usize("block_count")?;
+    let names = GgufKeys {
+        arch: arch_name.to_string(),
+    };
+    validate::layer_count(n_layers, layers, path, &names)?;
     let n_heads = k.usize("attention.head_count")?;
     let n_kv_heads = k.opt_usize("attention.head_count_kv")?.unwrap_or(n_heads);
     if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
@@ -176,7 +218,7 @@ pub fn from_metadata(
     }
 
     let has_any = |names: &[&str]| names.iter().any(|n| has_tensor(n));
-    Ok(ModelSpec {
+    let spec = ModelSpec {
         architecture,
         hidden_size,
         n_layers,
@@ -215,7 +257,8 @@ pub fn from_metadata(
         bos_token_id: token("tokenizer.ggml.bos_token_id")?,
         eos_token_ids,
         pad_token_id: token("tokenizer.ggml.padding_token_id")?,
-    })
+    };
+    Ok((spec, names))
 }
 
 fn rope_scaling(k: &Keys, gpt_oss: bool) -> Result<RopeScaling> {
@@ -266,7 +309,7 @@ mod tests {
     #[test]
     fn unknown_architecture_is_named() {
         let m = md(&[("general.architecture", MetaValue::String("xyz".into()))]);
-        let e = from_metadata(&m, &|_| true, Path::new("m.gguf"))
+        let e = from_metadata(&m, &|_| true, &BTreeSet::new(), Path::new("m.gguf"))
             .unwrap_err()
             .to_string();
         assert!(
@@ -281,7 +324,7 @@ mod tests {
             ("general.architecture", MetaValue::String("qwen2".into())),
             ("qwen2.embedding_length", MetaValue::U32(64)),
         ]);
-        let e = from_metadata(&m, &|_| true, Path::new("m.gguf"))
+        let e = from_metadata(&m, &|_| true, &BTreeSet::new(), Path::new("m.gguf"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("qwen2.block_count"), "{e}");

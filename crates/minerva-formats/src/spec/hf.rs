@@ -1,9 +1,41 @@
 //! ModelSpec from a Hugging Face / MLX config.json.
 
+use super::validate::{self, Field, KeyNames};
 use super::{Activation, Architecture, ModelSpec, MoeSpec, RopeScaling, RopeSpec, RopeStyle};
 use crate::error::{FormatError, Result};
 use serde_json::{Map, Value};
+use std::collections::BTreeSet;
 use std::path::Path;
+
+/// The config.json key behind each checked quantity.
+pub struct ConfigKeys;
+
+impl KeyNames for ConfigKeys {
+    fn key(&self, field: Field) -> String {
+        match field {
+            Field::Layers => "num_hidden_layers",
+            Field::Hidden => "hidden_size",
+            Field::Heads => "num_attention_heads",
+            Field::KvHeads => "num_key_value_heads",
+            Field::HeadDim => "head_dim",
+            Field::Vocab => "vocab_size",
+            Field::Ffn => "intermediate_size",
+            Field::Experts => "num_local_experts (or num_experts)",
+            Field::ExpertsUsed => "num_experts_per_tok",
+            Field::ExpertFfn => "the expert intermediate size",
+            Field::Context => "max_position_embeddings",
+            Field::NormEps => "rms_norm_eps",
+            Field::RopeTheta => "rope_theta",
+            Field::RopeDim => "partial_rotary_factor",
+            Field::RopeFactor => "rope_scaling",
+            Field::RopeOriginalContext => "rope_scaling.original_max_position_embeddings",
+            Field::SlidingWindow => "sliding_window",
+            Field::SwigluLimit => "swiglu_limit",
+            Field::SwigluAlpha => "swiglu_alpha",
+        }
+        .to_string()
+    }
+}
 
 /// Typed access to config.json keys, with errors naming the file and key.
 struct Keys<'a> {
@@ -97,7 +129,8 @@ fn architecture(model_type: &str) -> Option<Architecture> {
     })
 }
 
-pub fn from_config(config: &Value, path: &Path) -> Result<ModelSpec> {
+/// Builds the spec from config.json; `layers` holds the block numbers the tensors use.
+pub fn from_config(config: &Value, layers: &BTreeSet<usize>, path: &Path) -> Result<ModelSpec> {
     use Architecture::*;
     let map = config
         .as_object()
@@ -115,11 +148,12 @@ pub fn from_config(config: &Value, path: &Path) -> Result<ModelSpec> {
 
     let hidden_size = k.usize("hidden_size")?;
     let n_layers = k.usize("num_hidden_layers")?;
+    validate::layer_count(n_layers, layers, path, &ConfigKeys)?;
     let n_heads = k.usize("num_attention_heads")?;
-    if n_heads == 0 || n_layers == 0 || hidden_size == 0 {
+    if n_heads == 0 || hidden_size == 0 {
         return Err(FormatError::malformed(
             path,
-            "hidden_size, num_hidden_layers and num_attention_heads must be positive",
+            "hidden_size and num_attention_heads must be positive",
         ));
     }
     let n_kv_heads = k.usize_opt("num_key_value_heads")?.unwrap_or(n_heads);
@@ -191,7 +225,7 @@ pub fn from_config(config: &Value, path: &Path) -> Result<ModelSpec> {
         _ => intermediate.ok_or_else(|| k.bad("intermediate_size", "missing"))?,
     };
 
-    let context_length = k.usize_opt("max_position_embeddings")?.unwrap_or(0);
+    let context_length = k.usize("max_position_embeddings")?;
     let rope = rope(&k, arch, head_dim, context_length)?;
     let (sliding_window, sliding_layers) = sliding(&k, arch, n_layers)?;
 

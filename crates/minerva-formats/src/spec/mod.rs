@@ -3,41 +3,15 @@
 
 mod gguf;
 mod hf;
+mod validate;
+
+pub use validate::MIN_CONTEXT;
 
 use crate::checkpoint::{Checkpoint, Format};
 use crate::error::Result;
+use crate::names::{self, Role, TensorId};
+pub use crate::architecture::Architecture;
 use serde::Serialize;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Architecture {
-    Llama,
-    Mistral,
-    Qwen2,
-    Qwen3,
-    Mixtral,
-    Qwen2Moe,
-    Qwen3Moe,
-    GptOss,
-    Phi3,
-}
-
-impl Architecture {
-    /// The Hugging Face `model_type` spelling.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Mistral => "mistral",
-            Architecture::Qwen2 => "qwen2",
-            Architecture::Qwen3 => "qwen3",
-            Architecture::Mixtral => "mixtral",
-            Architecture::Qwen2Moe => "qwen2_moe",
-            Architecture::Qwen3Moe => "qwen3_moe",
-            Architecture::GptOss => "gpt_oss",
-            Architecture::Phi3 => "phi3",
-        }
-    }
-}
 
 /// Which elements RoPE rotates together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -170,18 +144,34 @@ impl Checkpoint {
     }
 }
 
+/// Builds and checks the spec: every number is in range and agrees with the tensors present
+/// before any caller sizes a buffer or a loop by it.
 pub fn from_checkpoint(ckpt: &Checkpoint) -> Result<ModelSpec> {
+    let layers = validate::layers_present(ckpt);
     match ckpt.format {
-        Format::Gguf => gguf::from_metadata(
-            &ckpt.metadata,
-            &|name| ckpt.contains(name),
-            ckpt.main_path(),
-        ),
+        Format::Gguf => {
+            let path = ckpt.main_path();
+            let (spec, names) =
+                gguf::from_metadata(&ckpt.metadata, &|name| ckpt.contains(name), &layers, path)?;
+            validate::numbers(&spec, path, &names)?;
+            let embedding = names::gguf_name(spec.architecture, TensorId::global(Role::TokenEmbd));
+            validate::embedding(&spec, ckpt, embedding, path, &names)?;
+            Ok(spec)
+        }
         Format::Safetensors | Format::Mlx => {
             let config = ckpt.config.as_ref().ok_or_else(|| {
                 crate::error::FormatError::not_a_model(&ckpt.dir, "config.json is missing")
             })?;
-            hf::from_config(config, &ckpt.dir.join("config.json"))
+            let path = ckpt.dir.join("config.json");
+            let spec = hf::from_config(config, &layers, &path)?;
+            validate::numbers(&spec, &path, &hf::ConfigKeys)?;
+            let id = TensorId::global(Role::TokenEmbd);
+            let embedding = match ckpt.format {
+                Format::Mlx => names::mlx_name(spec.architecture, id),
+                _ => names::hf_name(spec.architecture, id),
+            };
+            validate::embedding(&spec, ckpt, embedding, &path, &hf::ConfigKeys)?;
+            Ok(spec)
         }
     }
 }
