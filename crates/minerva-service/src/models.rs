@@ -47,6 +47,7 @@ impl ChatPrep {
     pub fn new(loaded: &Loaded) -> Result<ChatPrep> {
         let ckpt = &loaded.checkpoint;
         let tokenizer = Arc::new(Tokenizer::from_checkpoint(ckpt)?);
+        tokenizer.check_fits(loaded.model.spec.vocab_size)?;
         let builder = PromptBuilder::from_checkpoint(ckpt)?;
         let mut stop: Vec<u32> = loaded.model.spec.eos_token_ids.clone();
         stop.extend(tokenizer.eos_ids());

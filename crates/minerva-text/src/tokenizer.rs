@@ -246,6 +246,24 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// Refuses a tokenizer that can produce ids the model has no embedding for, naming the
+    /// tokenizer's file and the first such token.
+    pub fn check_fits(&self, model_vocab: usize) -> Result<()> {
+        let beyond = self
+            .inner
+            .get_vocab(true)
+            .into_iter()
+            .filter(|&(_, id)| id as usize >= model_vocab)
+            .min_by_key(|&(_, id)| id);
+        match beyond {
+            None => Ok(()),
+            Some((token, id)) => Err(TextError::malformed(
+                &self.origin,
+                format!("token {token:?} has id {id}, beyond the model's vocabulary of {model_vocab}"),
+            )),
+        }
+    }
+
     /// The file or folder this tokenizer came from.
     pub fn origin(&self) -> &str {
         &self.origin

@@ -228,7 +228,7 @@ pub(super) fn numbers(spec: &ModelSpec, path: &Path, names: &dyn KeyNames) -> Re
         }
     }
     if let Some(w) = spec.sliding_window {
-        in_range(path, names, SlidingWindow, w, 1, usize::MAX)?;
+        in_range(path, names, SlidingWindow, w, 1, MAX_CONTEXT)?;
     }
     if let Activation::GptOssClamped { alpha, limit } = spec.activation {
         positive_finite(path, names, SwigluLimit, limit)?;
