@@ -149,3 +149,19 @@ fn bad_input_exits_1_naming_the_file() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// A layer count of 10^8 used to make `info --json` run for minutes and write 1.3 GB; a
+/// context of 1 made `run` fail with "context full" and no file named.
+#[test]
+fn damaged_counts_end_in_one_line_naming_the_file_and_key() {
+    let hostile = fixtures().join("hostile");
+    let out = minerva(&["info", "--json", hostile.join("block-count-1e8.gguf").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(err.contains("block-count-1e8.gguf") && err.contains("llama.block_count is 100000000"), "{err}");
+    let out = minerva(&["run", hostile.join("context-1").to_str().unwrap(), "--prompt", "Hi", "--backend", "cpu"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("config.json") && err.contains("max_position_embeddings is 1"), "{err}");
+}

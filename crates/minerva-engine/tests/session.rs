@@ -241,3 +241,33 @@ fn window_rings_continue_or_start_over() {
     );
     assert!(d < 1e-4, "rewound: logits differ by {d}");
 }
+
+/// Turns text into a panic on the third token: a stand-in for any bug a hostile file reaches.
+struct PanicsOnThird(usize);
+
+impl minerva_engine::TokenText for PanicsOnThird {
+    fn push(&mut self, _id: u32) -> String {
+        self.0 += 1;
+        assert!(self.0 < 3, "text step {} failed", self.0);
+        String::new()
+    }
+}
+
+#[test]
+fn a_panic_in_generation_is_an_error_event_and_the_session_says_it_stopped() {
+    let handle = Session::new(model("llama/f32"), 256, 0.0).unwrap().spawn();
+    let (mut rx, _) = handle.generate(request(PROMPT.to_vec(), 20), Box::new(PanicsOnThird(0)));
+    let error = loop {
+        match rx.blocking_recv().expect("the stream ended without Done or Error") {
+            Event::Error(e) => break e,
+            Event::Done { .. } => panic!("the turn finished despite the panic"),
+            _ => {}
+        }
+    };
+    assert!(error.contains("text step 3 failed") && error.contains("load the model again"), "{error}");
+    let (mut rx, _) = handle.generate(request(PROMPT.to_vec(), 2), Box::new(NoText));
+    match rx.blocking_recv() {
+        Some(Event::Error(e)) => assert!(e.contains("load the model again"), "{e}"),
+        other => panic!("expected an error from the stopped session, got {other:?}"),
+    }
+}

@@ -335,3 +335,36 @@ fn header_mutations_do_not_panic() {
     }
     assert_eq!(parse_header(&safetensors_bytes(&[])).unwrap(), vec![]);
 }
+
+/// A name given twice: a map-based reading would keep one entry and drop the other.
+#[test]
+fn a_tensor_name_given_twice_is_refused() {
+    let one = |shape: Vec<usize>| Raw {
+        name: "w",
+        dtype: "F32",
+        shape,
+        data: vec![0; 8],
+    };
+    let mut bytes = safetensors_bytes(&[one(vec![2])]);
+    let n = header_len(&bytes);
+    let header = String::from_utf8(bytes[8..8 + n].to_vec()).unwrap();
+    let twice = header.replacen(
+        '{',
+        "{\"w\":{\"dtype\":\"F32\",\"shape\":[1,2],\"data_offsets\":[0,8]},",
+        1,
+    );
+    bytes = with_header(&twice, &bytes[8 + n..]);
+    let e = refused(&bytes, "name twice").to_string();
+    assert!(e.contains("tensor 'w' appears twice"), "{e}");
+}
+
+/// The crate's "invalid shape, data type, or offset" names no tensor; ours does.
+#[test]
+fn a_size_mismatch_names_the_tensor() {
+    let header = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[3],"data_offsets":[8,16]}}"#;
+    let e = refused(&with_header(header, &[0; 16]), "b too small").to_string();
+    assert!(
+        e.contains("tensor 'b'") && e.contains("needs 12 bytes, data_offsets give 8"),
+        "{e}"
+    );
+}

@@ -32,7 +32,7 @@ pub enum Outcome {
     /// Every stage passed: the damage was harmless (bits of weights, say).
     Ran,
     /// A stage refused the input with an error naming the file.
-    Refused(Stage),
+    Refused(Stage, String),
     /// A stage refused it with an error that names no file of the case.
     Unnamed(Stage, String),
     Panic(Stage, String),
@@ -44,14 +44,14 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn is_failure(&self) -> bool {
-        !matches!(self, Outcome::Ran | Outcome::Refused(_))
+        !matches!(self, Outcome::Ran | Outcome::Refused(..))
     }
 
     /// A short word for counts and file names.
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Ran => "ran",
-            Outcome::Refused(_) => "refused",
+            Outcome::Refused(..) => "refused",
             Outcome::Unnamed(..) => "unnamed",
             Outcome::Panic(..) => "panic",
             Outcome::BigAllocation(..) => "big-allocation",
@@ -88,7 +88,7 @@ fn stage<T, E: std::fmt::Display>(
         Ok(Err(e)) => {
             let msg = e.to_string();
             Err(Failed(if msg.contains(case_path) {
-                Outcome::Refused(s)
+                Outcome::Refused(s, msg)
             } else {
                 Outcome::Unnamed(s, msg)
             }))

@@ -516,3 +516,24 @@ impl Backend for CpuBackend {
             .ok_or_else(|| EngineError::Backend("read past a buffer's end".into()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A negative limit (refused by the spec check, but reachable through `load_with_spec`)
+    /// gives numbers, not the panic `f32::clamp` raises on an inverted range.
+    #[test]
+    fn clamped_glu_survives_an_inverted_limit() {
+        let mut gate = vec![1.0, -2.0];
+        glu_into(
+            &mut gate,
+            &[0.5, 3.0],
+            Activation::GptOssClamped {
+                alpha: 1.702,
+                limit: -1.0,
+            },
+        );
+        assert!(gate.iter().all(|v| !v.is_nan()), "{gate:?}");
+    }
+}
