@@ -84,6 +84,13 @@ pub async fn found_models(svc: Svc<'_>) -> Answer<Vec<FoundModel>> {
     off_ui(move || Ok(svc.found_models())).await
 }
 
+/// A line per bad entry of the catalogue files (`file:line: what`).
+#[tauri::command(rename_all = "snake_case")]
+pub async fn catalogue_problems(svc: Svc<'_>) -> Answer<Vec<String>> {
+    let svc = svc.inner().clone();
+    off_ui(move || Ok(svc.catalogue().problems)).await
+}
+
 /// A conversation with the tokens its last reply left in the context, for the gauge.
 #[derive(Serialize)]
 pub struct ConversationView {

@@ -108,6 +108,7 @@ fn main() {
             commands::adapters,
             commands::loaded_models,
             commands::found_models,
+            commands::catalogue_problems,
             commands::list_conversations,
             commands::create_conversation,
             commands::rename_conversation,

@@ -4,6 +4,7 @@
 //! [`ServiceEvent`]s through the sink they gave it; none of them touches the engine.
 
 pub mod card;
+pub mod catalogue;
 pub mod chat;
 pub mod error;
 pub mod events;
@@ -42,6 +43,14 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(50);
 /// identifier, so the app, the command line and the server share it).
 pub fn default_db_path() -> Option<PathBuf> {
     dirs::data_dir().map(|d| d.join("dev.minerva.app").join("minerva.sqlite"))
+}
+
+/// The user's catalogue file, which extends the shipped models.toml: `MINERVA_CATALOGUE`, or
+/// `models.toml` in the platform's config folder.
+pub fn user_catalogue_path() -> Option<PathBuf> {
+    std::env::var_os("MINERVA_CATALOGUE")
+        .map(PathBuf::from)
+        .or_else(|| dirs::config_dir().map(|d| d.join("dev.minerva.app").join("models.toml")))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -107,9 +116,21 @@ impl Service {
             .collect()
     }
 
-    /// Models the user already has: recent ones, and those in other tools' folders.
+    /// Models the user already has: recent ones, the catalogue's models present on disk, and
+    /// those in other tools' folders.
     pub fn found_models(&self) -> Vec<library::FoundModel> {
-        library::found_models(&self.store, dirs::home_dir().as_deref())
+        let home = dirs::home_dir();
+        let mut found = library::found_models(&self.store, home.as_deref());
+        let catalogue = self.catalogue().found(home.as_deref());
+        // A catalogue model is listed as such, wherever else it was also found.
+        found.retain(|f| f.source == "recent" || !catalogue.iter().any(|c| c.path == f.path));
+        found.extend(catalogue);
+        found
+    }
+
+    /// The shipped catalogue extended by the user's, with a line per bad entry.
+    pub fn catalogue(&self) -> catalogue::Catalogue {
+        catalogue::Catalogue::load(user_catalogue_path().as_deref())
     }
 
     /// Loads a model on this thread, telling `progress(bytes, total)` (false cancels).

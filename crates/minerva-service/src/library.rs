@@ -29,7 +29,7 @@ const PLACES: &[(&str, &str)] = &[
 ];
 
 /// Bytes of a model file, or of the files directly in a model folder.
-fn size_of(path: &Path) -> u64 {
+pub(crate) fn size_of(path: &Path) -> u64 {
     if path.is_file() {
         return std::fs::metadata(path).map_or(0, |m| m.len());
     }
@@ -94,7 +94,7 @@ pub fn found_models(store: &Store, home: Option<&Path>) -> Vec<FoundModel> {
 /// The GGUF blobs Ollama's manifests name (`manifests/<registry>/<namespace>/<model>/<tag>`,
 /// each listing its layers; the model layer's digest names `blobs/sha256-<hex>`), as
 /// `model:tag`.
-fn ollama_models(root: &Path) -> Vec<FoundModel> {
+pub(crate) fn ollama_models(root: &Path) -> Vec<FoundModel> {
     let mut manifests = Vec::new();
     collect_files(&root.join("manifests"), 4, &mut manifests);
     manifests.sort();

@@ -321,6 +321,7 @@ export function createMockTransport(options: MockOptions = {}): Transport {
     ],
     loaded_models: () => loaded.slice(),
     found_models: () => FOUND.slice(),
+    catalogue_problems: () => [],
     list_conversations: ({ query } = {}) => {
       const q = String(query ?? '').trim().toLowerCase();
       return conversations

@@ -28,6 +28,7 @@ async function setup() {
       { path: 'catalogue:x', name: 'x', format: 'safetensors', bytes: 2, source: 'catalogue' },
       { path: '/o', name: 'o', format: 'gguf', bytes: 3, source: 'ollama' },
     ],
+    catalogue_problems: () => ['/u/models.toml:14: model \'broken\': architecture \'gpt2\' is not one of llama'],
     status: () => ({ model: null, memory_used_bytes: null }),
     open_model: ({ path }: { path: string }) => (path.endsWith('.gguf') ? card : Promise.reject(`"${path}" is not a model.`)),
     load_model: () => ({ load_id: 'L1' }),
@@ -43,6 +44,9 @@ describe('models store', () => {
     expect(models.recent.map((m) => m.name)).toEqual(['r']);
     expect(models.catalogue.map((m) => m.name)).toEqual(['x']);
     expect(models.onDisk.map((m) => m.name)).toEqual(['o']);
+    expect(models.catalogueProblems).toEqual([
+      "/u/models.toml:14: model 'broken': architecture 'gpt2' is not one of llama",
+    ]);
   });
 
   it('opens a card, and shows a refusal in plain words', async () => {

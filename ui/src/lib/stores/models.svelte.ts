@@ -39,6 +39,8 @@ export class ModelsStore {
   /** The last thing that went wrong, in plain words; the app stays usable. */
   error = $state<string | null>(null);
   found = $state<FoundModel[]>([]);
+  /** A line per bad entry of the catalogue files (`file:line: what`). */
+  catalogueProblems = $state<string[]>([]);
   loaded = $state<LoadedModel[]>([]);
   load = $state<LoadState | null>(null);
   status = $state<Status>({ model: null, memory_used_bytes: null });
@@ -96,6 +98,7 @@ export class ModelsStore {
       ]);
       this.loaded = loaded;
       this.found = found;
+      this.catalogueProblems = await this.#t.invoke<string[]>('catalogue_problems');
     } catch (err) {
       this.error = errorText(err);
     }
