@@ -57,6 +57,8 @@ fn the_app_loads_a_model_and_chats_like_a_person_uses_it() {
         .arg(env!("CARGO_BIN_EXE_minerva-app"))
         .arg("--model")
         .arg(&model)
+        .arg("--thinking")
+        .arg(Path::new(ROOT).join("tests/fixtures/thinking"))
         .arg("--out")
         .arg(&out)
         .output()
@@ -65,7 +67,14 @@ fn the_app_loads_a_model_and_chats_like_a_person_uses_it() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     eprintln!("{stdout}");
     assert!(o.status.success(), "{stdout}\n{stderr}");
-    for shot in ["01-models-card", "06-chat-reply", "09-chat-after-restart"] {
+    for shot in [
+        "01-models-card",
+        "06-chat-reply",
+        "09-chat-after-restart",
+        "10-models-catalogue",
+        "11-chat-reasoning",
+        "12-models-after-close-during-load",
+    ] {
         assert!(out.join(format!("{shot}.png")).is_file(), "{shot}.png");
     }
 }

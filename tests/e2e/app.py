@@ -224,7 +224,7 @@ def first_run(d, args, shot):
     d.close()
 
 
-def second_run(d, shot):
+def second_run(d, args, shot):
     # After a restart: the conversation, its messages and their stats are still there.
     chat_screen(d)
     # (WebKit leaves an ellipsized title out of an element's visible text: find it by its text.)
@@ -239,14 +239,67 @@ def second_run(d, shot):
     assert len(users) == 3 and "knight" in users[-1].text, [u.text for u in users]
     shot(d, "09-chat-after-restart")
 
+    # The catalogue (models.toml) lists its models found on this disk: here the fixtures and
+    # the SmolLM2 copy of the repository.
+    models_screen(d)
+    # (Row names may be ellipsized, which WebKit leaves out of visible text: match the text.)
+    for name in ["Tiny llama (test fixture) · llama-Q4_0", "SmolLM2 135M Instruct"]:
+        row = f"//section[@aria-label='Catalogue']//*[contains(text(),'{name}')]"
+        WebDriverWait(d, 30).until(lambda d: d.find_elements(By.XPATH, row))
+    shot(d, "10-models-catalogue")
+
+    # A model that reasons before it answers: the reasoning is folded above the answer.
+    drop(d, [args.thinking])
+    wait_text(d, "//section[contains(@class,'card')]", "safetensors", timeout=30)
+    button(d, "Load").click()
+    WebDriverWait(d, 60).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "textarea[aria-label='Message']"))
+    send(d, "What is two plus two?")
+    WebDriverWait(d, 60).until(lambda d: any("Hello there" in r.text for r in replies(d)))
+    reply = replies(d)[-1]
+    fold = reply.find_element(By.CSS_SELECTOR, "details.reasoning")
+    inside = fold.find_element(By.CSS_SELECTOR, ".reasoning-text")
+    assert fold.get_attribute("open") is None and not inside.is_displayed(), "reasoning starts folded"
+    fold.find_element(By.TAG_NAME, "summary").click()
+    WebDriverWait(d, 10).until(lambda d: inside.is_displayed())
+    assert "the tiny model can return four" in inside.text, inside.text
+    shot(d, "11-chat-reasoning")
+
+    # Close the window while a model loads: the app ends (below, it starts again unharmed).
+    models_screen(d)
+    open_path(d, args.model)
+    wait_text(d, "//section[contains(@class,'card')]", "gguf", timeout=30)
+    d.execute_script(
+        "[...document.querySelectorAll('section.card button')]"
+        ".find((b) => b.textContent.trim() === 'Load').click();")
+    WebDriverWait(d, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.load"))
+    d.close()
+
+
+def third_run(d, shot):
+    # After a close in the middle of a load: the app starts, nothing is loaded, and both
+    # conversations are there.
+    wait_text(d, "//section[@aria-label='Loaded models']", "", timeout=30)
+    loaded = d.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "window.__TAURI_INTERNALS__.invoke('loaded_models').then((m) => done(m.length));")
+    assert loaded == 0, loaded
+    chat_screen(d)
+    titles = "//aside[@aria-label='Conversations']//button[contains(text(),'What is')]"
+    WebDriverWait(d, 30).until(lambda d: len(d.find_elements(By.XPATH, titles)) == 2)
+    models_screen(d)
+    shot(d, "12-models-after-close-during-load")
+
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--app", required=True)
     p.add_argument("--model", required=True)
+    p.add_argument("--thinking", required=True, help="a model folder that reasons before it answers")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     args.model = os.path.abspath(args.model)
+    args.thinking = os.path.abspath(args.thinking)
     os.makedirs(args.out, exist_ok=True)
     args.tmp = tempfile.mkdtemp(prefix="minerva-e2e-")
     env = dict(os.environ)
@@ -256,7 +309,9 @@ def main():
     shot = Shots(args.out)
     driver = start_driver(env)
     try:
-        for run in (lambda d: first_run(d, args, shot), lambda d: second_run(d, shot)):
+        runs = (lambda d: first_run(d, args, shot), lambda d: second_run(d, args, shot),
+                lambda d: third_run(d, shot))
+        for run in runs:
             d = session(os.path.abspath(args.app))
             try:
                 run(d)

@@ -177,7 +177,7 @@ pub fn weight_files(dir: &Path) -> Result<Option<WeightFiles>> {
             "shards of different sets (different -of-N counts)",
         ));
     }
-    let mut paths = Vec::with_capacity(total);
+    let mut paths = Vec::with_capacity(shards.len());
     for i in 1..=total {
         match shards.iter().find(|s| s.0 == i) {
             Some(s) => paths.push(dir.join(&s.3)),

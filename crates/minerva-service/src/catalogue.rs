@@ -172,18 +172,26 @@ impl Catalogue {
         self.entries.iter().find(|e| e.id == id)
     }
 
-    /// Every file or folder of the catalogue's models present on this disk, named
-    /// `Name (format)`.
+    /// Every file or folder of the catalogue's models present on this disk, under the entry's
+    /// name (with the file's own name where a format has several).
     pub fn found(&self, home: Option<&Path>) -> Vec<FoundModel> {
         let mut out: Vec<FoundModel> = Vec::new();
         for e in &self.entries {
             for (format, sources) in &e.sources {
-                for path in e.locate(format, sources, home) {
+                let paths = e.locate(format, sources, home);
+                let several = paths.len() > 1;
+                for path in paths {
                     if out.iter().any(|f| f.path == path) {
                         continue;
                     }
+                    // Several files of one format are told apart by their own names.
+                    let name = if several {
+                        format!("{} · {}", e.name, crate::models::display_name(&path))
+                    } else {
+                        e.name.clone()
+                    };
                     out.push(FoundModel {
-                        name: format!("{} ({format})", e.name),
+                        name,
                         format: format.clone(),
                         bytes: crate::library::size_of(&path),
                         source: "catalogue",

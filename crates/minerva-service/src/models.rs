@@ -87,17 +87,47 @@ pub struct LoadedModel {
     pub session: SessionHandle,
 }
 
-/// A short name for a model: its file's stem, or its folder's name.
+/// A short name for a model: a GGUF file's stem; for a folder (or a SafeTensors file in one)
+/// the folder's name, or the repository's name for a Hugging Face cache snapshot
+/// (`models--ORG--REPO/snapshots/<hash>` → `REPO`).
 pub fn display_name(path: &Path) -> String {
-    let name = if path.is_file() {
-        path.file_stem()
-    } else {
-        path.file_name()
+    let is_weights = path.extension().is_some_and(|e| e == "safetensors");
+    let folder = if is_weights { path.parent().unwrap_or(path) } else { path };
+    if path.is_file() && !is_weights {
+        if let Some(stem) = path.file_stem() {
+            return stem.to_string_lossy().into_owned();
+        }
+    }
+    let snapshot_repo = folder
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "snapshots"))
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("models--"))
+        .and_then(|n| n.rsplit("--").next());
+    match (snapshot_repo, folder.file_name()) {
+        (Some(repo), _) => repo.to_string(),
+        (None, Some(n)) => n.to_string_lossy().into_owned(),
+        (None, None) => path.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn display_names_say_which_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |rel: &str| {
+        let p = dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, b"x").unwrap();
+        p
     };
-    name.map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
+    assert_eq!(display_name(&file("a/Qwen3-0.6B-Q8_0.gguf")), "Qwen3-0.6B-Q8_0");
+    assert_eq!(display_name(&file("thinking/model.safetensors")), "thinking");
+    let snap = file("hub/models--Qwen--Qwen3-0.6B/snapshots/ab12/config.json");
+    assert_eq!(display_name(snap.parent().unwrap()), "Qwen3-0.6B");
+    assert_eq!(display_name(&dir.path().join("hub/models--Qwen--Qwen3-0.6B/snapshots/ab12/model.safetensors")), "Qwen3-0.6B");
 }
 
 /// Loads `path` (reporting `progress(bytes, total)`, which returns false to cancel), starts

@@ -3,6 +3,7 @@
 use crate::backend::{AttnParams, KvSpec};
 use crate::cpu::matmul::dot;
 use crate::cpu::PARALLEL_WORK;
+use crate::error::{EngineError, Result};
 use rayon::prelude::*;
 
 /// One layer's keys and values, `[cap, n_kv_heads · head_dim]` each. Position p lives in slot
@@ -16,18 +17,27 @@ pub struct KvStore {
 }
 
 impl KvStore {
-    pub fn new(spec: &KvSpec) -> KvStore {
+    /// A zeroed cache of `spec.ctx` positions (or its window); a size the memory cannot hold
+    /// is an error, not an abort.
+    pub fn new(spec: &KvSpec) -> Result<KvStore> {
         let cap = match spec.window {
-            Some(w) => spec.ctx.min(w + spec.max_batch.max(1) - 1),
+            Some(w) => spec.ctx.min(w.saturating_add(spec.max_batch.max(1) - 1)),
             None => spec.ctx,
         };
         let width = spec.n_kv_heads * spec.head_dim;
-        KvStore {
-            cap,
-            width,
-            k: vec![0.0; cap * width],
-            v: vec![0.0; cap * width],
-        }
+        let zeroed = || -> Option<Vec<f32>> {
+            let n = cap.checked_mul(width)?;
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).ok()?;
+            v.resize(n, 0.0);
+            Some(v)
+        };
+        let (Some(k), Some(v)) = (zeroed(), zeroed()) else {
+            return Err(EngineError::Invalid(format!(
+                "not enough memory for a KV cache of {cap} tokens × {width} values per layer"
+            )));
+        };
+        Ok(KvStore { cap, width, k, v })
     }
 
     /// Stores the `n` new keys and values, then attends. `sinks` holds one logit per head.

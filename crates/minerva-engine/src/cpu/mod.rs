@@ -271,7 +271,7 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvId> {
-        let store = KvStore::new(spec);
+        let store = KvStore::new(spec)?;
         if let Some(slot) = self.kvs.iter().position(Option::is_none) {
             self.kvs[slot] = Some(store);
             return Ok(KvId(slot as u32));
