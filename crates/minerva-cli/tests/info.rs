@@ -165,3 +165,17 @@ fn damaged_counts_end_in_one_line_naming_the_file_and_key() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("config.json") && err.contains("max_position_embeddings is 1"), "{err}");
 }
+
+/// A catalogue id (models.toml) stands for its first file on this disk; an id with none says
+/// how to make one.
+#[test]
+fn a_catalogue_id_opens_its_file() {
+    let card = info_json(Path::new("tiny-llama-fixture"), &[]);
+    assert_eq!(card["architecture"], "llama");
+    let out = minerva(&["info", "gpt-oss-20b"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        return; // this machine has gpt-oss-20b in one of the usual stores
+    }
+    assert!(err.contains("catalogue model 'gpt-oss-20b'") && err.contains("minerva synth --shape gpt-oss-20b"), "{err}");
+}

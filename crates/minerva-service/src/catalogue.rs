@@ -254,5 +254,32 @@ impl Entry {
     }
 }
 
+/// What a model argument names: an existing path as it is, or a catalogue id as the first of
+/// its files on this disk. An id with no file on disk is an error that says how to make one.
+pub fn resolve(arg: &Path) -> crate::Result<PathBuf> {
+    let id = match arg.to_str() {
+        Some(id) if !arg.exists() => id,
+        _ => return Ok(arg.to_path_buf()),
+    };
+    let catalogue = Catalogue::load(crate::user_catalogue_path().as_deref());
+    let Some(entry) = catalogue.get(id) else {
+        return Ok(arg.to_path_buf());
+    };
+    let home = dirs::home_dir();
+    let first = entry
+        .sources
+        .iter()
+        .find_map(|(f, s)| entry.locate(f, s, home.as_deref()).into_iter().next());
+    first.ok_or_else(|| {
+        let make = entry.synth.as_ref().map_or(String::new(), |s| {
+            format!("; `minerva synth --shape {} --out DIR` makes one of its size", s.shape)
+        });
+        crate::ServiceError::Model(format!(
+            "catalogue model '{id}' ({}) has no file on this disk{make}",
+            entry.name
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests;

@@ -88,9 +88,10 @@ impl Service {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The card of the model at `path`, with memory at `ctx` on the device `backend` picks;
+    /// The card of the model at `path` (or of a catalogue id's file), with memory at `ctx` on the device `backend` picks;
     /// the model joins the recent ones.
     pub fn open(&self, path: &Path, backend: &str, ctx: Option<usize>) -> Result<ModelCard> {
+        let path = &catalogue::resolve(path)?;
         let ckpt = minerva_formats::Checkpoint::open(path)?;
         let req = BackendRequest::parse(backend);
         let choice = minerva_engine::devices::choose_named(req.kind, req.adapter.as_deref());

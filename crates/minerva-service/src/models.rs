@@ -139,6 +139,7 @@ pub fn load(
     ctx: Option<usize>,
     progress: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<LoadedModel> {
+    let path = &crate::catalogue::resolve(path)?;
     let loaded =
         minerva_engine::load_observed(path, backend.kind, backend.adapter.as_deref(), progress)?;
     let prep = ChatPrep::new(&loaded)?;

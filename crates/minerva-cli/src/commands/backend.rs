@@ -75,7 +75,8 @@ pub fn load_with_service(
 
 /// Loads `path` on the backend `kind` resolves to and says which on stderr.
 pub fn load(path: &Path, kind: BackendKind) -> Result<Loaded, String> {
-    let loaded = minerva_engine::load(path, kind).map_err(|e| e.to_string())?;
+    let path = minerva_service::catalogue::resolve(path).map_err(|e| e.to_string())?;
+    let loaded = minerva_engine::load(&path, kind).map_err(|e| e.to_string())?;
     eprintln!("backend: {}", loaded.backend);
     Ok(loaded)
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A .gguf file, or a SafeTensors / MLX model folder.
+    /// A .gguf file, a SafeTensors / MLX model folder, or a catalogue id (models.toml).
     #[arg(required_unless_present = "adapters")]
     pub path: Option<PathBuf>,
     /// List the GPU adapters (best first) and what `--backend auto` picks, instead of a model.
@@ -107,7 +107,8 @@ pub fn run(args: Args) -> Result<(), String> {
     let Some(path) = args.path.as_ref().filter(|_| !args.adapters) else {
         return super::backend::print_adapters(args.json);
     };
-    let ckpt = Checkpoint::open(path).map_err(|e| e.to_string())?;
+    let path = minerva_service::catalogue::resolve(path).map_err(|e| e.to_string())?;
+    let ckpt = Checkpoint::open(&path).map_err(|e| e.to_string())?;
     let device = minerva_engine::devices::choose(args.backend.kind);
     let card = minerva_service::card(&ckpt, args.ctx, &device).map_err(|e| e.to_string())?;
     if args.json {
