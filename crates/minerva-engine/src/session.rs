@@ -270,6 +270,9 @@ impl Session {
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let thread = std::thread::spawn(move || {
             let mut session = self;
+            // Set after a panic: the model's state is unknown, so every later turn gets a clear
+            // error instead of wrong text (the thread keeps answering until the handle drops).
+            let mut failed = false;
             for job in rx {
                 let Job {
                     req,
@@ -277,6 +280,13 @@ impl Session {
                     cancel,
                     events,
                 } = job;
+                if failed {
+                    let _ = events.send(Event::Error(
+                        "the session has stopped after an engine failure; load the model again"
+                            .into(),
+                    ));
+                    continue;
+                }
                 let mut emit = |e: Event| {
                     let _ = events.send(e);
                 };
@@ -288,13 +298,11 @@ impl Session {
                     Ok(Err(e)) => {
                         let _ = events.send(Event::Error(e.to_string()));
                     }
-                    // The model's state is unknown after a panic: report it and end the
-                    // session, so later turns get a clear error instead of wrong text.
                     Err(panic) => {
                         let _ = events.send(Event::Error(format!(
                             "the engine failed ({panic}); load the model again"
                         )));
-                        return;
+                        failed = true;
                     }
                 }
             }

@@ -37,7 +37,8 @@ fn every_fixture_gguf_has_a_dump() {
     fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();
-            if p.is_dir() {
+            // hostile/ holds damaged files on purpose (their tests are minerva-mutate's).
+            if p.is_dir() && !p.ends_with("hostile") {
                 walk(&p, found);
             } else if p.extension().is_some_and(|e| e == "gguf") {
                 found.push(p);
