@@ -5,7 +5,7 @@ use minerva_engine::Model;
 use serde::Serialize;
 
 /// How one format's predictions compare with the reference's over the same tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Quality {
     /// Positions compared.
     pub positions: usize,

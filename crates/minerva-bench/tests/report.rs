@@ -1,0 +1,79 @@
+//! The report: medians, the Markdown and CSV forms, and the committed JSON Schema, which must
+//! match the types (regenerate with MINERVA_WRITE_SCHEMA=1) and accept a real report.
+
+use minerva_bench::quality::Quality;
+use minerva_bench::report::*;
+use std::path::Path;
+
+fn run(load: f64, decode: f64) -> RunFigures {
+    RunFigures {
+        load_cold_ms: load * 2.0,
+        load_warm_ms: load,
+        ttft_ms: vec![10.0, 40.0],
+        prefill_tokens_per_s: vec![12_800.0, 12_800.0],
+        decode_tokens_per_s: decode,
+        peak_rss_bytes: 200 << 20,
+        gpu_bytes: None,
+    }
+}
+
+fn report() -> Report {
+    let runs = vec![run(100.0, 30.0), run(120.0, 32.0), run(90.0, 31.0)];
+    Report {
+        schema_version: SCHEMA_VERSION,
+        engine_version: "0.1.0".into(),
+        started: "2026-11-25T06:00:00Z".into(),
+        machine: Machine { cpu: "test".into(), cores: 2, ram_bytes: 1 << 34, device: "cpu".into() },
+        settings: Settings {
+            model: "tiny".into(),
+            backend: "cpu".into(),
+            prompt_tokens: vec![128, 512],
+            gen_tokens: 64,
+            runs: 3,
+            reference: "safetensors f32".into(),
+        },
+        formats: vec![FormatResult {
+            label: "gguf q4_0".into(),
+            path: "/m/q4.gguf".into(),
+            bytes_on_disk: 3 << 20,
+            summary: Summary::of(&runs, 2),
+            runs,
+            quality: Some(Quality { positions: 10, kl_mean: 0.01, kl_max: 0.2, top1_agreement: 0.9, perplexity: 12.5 }),
+        }],
+    }
+}
+
+#[test]
+fn medians_and_tables() {
+    assert_eq!(Stat::of(&[3.0, 1.0, 2.0]), Some(Stat { median: 2.0, min: 1.0, max: 3.0 }));
+    assert_eq!(Stat::of(&[4.0, 1.0]).unwrap().median, 2.5);
+    assert_eq!(Stat::of(&[f64::NAN]), None);
+    let r = report();
+    let s = &r.formats[0].summary;
+    assert_eq!(s.load_warm_ms.unwrap().median, 100.0);
+    assert_eq!(s.decode_tokens_per_s.unwrap(), Stat { median: 31.0, min: 30.0, max: 32.0 });
+    let md = markdown(&r);
+    assert!(md.contains("| gguf q4_0 | 3.0 | 200 | 100 | 10.0 | 12800 | 40.0 | 12800 | 31.0 | 200 | 0.0100 | 0.2000 | 0.900 | 12.500 |"), "{md}");
+    let csv = csv(&r);
+    assert_eq!(csv.lines().count(), 1 + 3 * 2);
+    assert!(csv.lines().nth(1).unwrap().starts_with("\"gguf q4_0\",1,200,100,128,10,12800,30,"), "{csv}");
+}
+
+#[test]
+fn the_committed_schema_matches_the_types_and_describes_a_report() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/report.schema.json");
+    let schema = schema();
+    let text = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+    if std::env::var_os("MINERVA_WRITE_SCHEMA").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).expect("benches/report.schema.json (MINERVA_WRITE_SCHEMA=1 writes it)");
+    assert_eq!(committed, text, "the schema changed: regenerate it with MINERVA_WRITE_SCHEMA=1 and bump SCHEMA_VERSION");
+    // Every required top-level field of the schema is in a serialized report.
+    let value = serde_json::to_value(report()).unwrap();
+    for field in schema["required"].as_array().unwrap() {
+        assert!(value.get(field.as_str().unwrap()).is_some(), "{field}");
+    }
+    let back: Report = serde_json::from_value(value).unwrap();
+    assert_eq!(back, report());
+}
