@@ -3,6 +3,7 @@
 //! and numbers written for this project; [`report`] holds the figures of a comparison and
 //! writes them as JSON (with a JSON Schema), Markdown and CSV.
 
+pub mod compare;
 pub mod quality;
 pub mod report;
 

@@ -20,7 +20,9 @@ pub struct Quality {
 
 /// log-softmax in f64, so tiny probabilities keep their logs.
 pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+    let max = logits
+        .iter()
+        .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
     let sum: f64 = logits.iter().map(|&v| (f64::from(v) - max).exp()).sum();
     let log_z = max + sum.ln();
     logits.iter().map(|&v| f64::from(v) - log_z).collect()
@@ -29,7 +31,13 @@ pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
 fn argmax(v: &[f32]) -> usize {
     v.iter()
         .enumerate()
-        .fold((0, f32::NEG_INFINITY), |best, (i, &x)| if x > best.1 { (i, x) } else { best })
+        .fold((0, f32::NEG_INFINITY), |best, (i, &x)| {
+            if x > best.1 {
+                (i, x)
+            } else {
+                best
+            }
+        })
         .0
 }
 
@@ -79,7 +87,11 @@ impl Drift {
 
 /// The logits at every position of `ids` (row-major, `ids.len()` × vocabulary), computed in
 /// chunks of `chunk` tokens over one cache.
-pub fn logits_over(model: &mut Model, ids: &[u32], chunk: usize) -> minerva_engine::Result<Vec<f32>> {
+pub fn logits_over(
+    model: &mut Model,
+    ids: &[u32],
+    chunk: usize,
+) -> minerva_engine::Result<Vec<f32>> {
     let mut cache = model.new_cache(ids.len().max(1))?;
     let mut out = Vec::with_capacity(ids.len() * model.spec.vocab_size);
     for part in ids.chunks(chunk.max(1)) {
@@ -92,7 +104,11 @@ pub fn logits_over(model: &mut Model, ids: &[u32], chunk: usize) -> minerva_engi
 /// Compares `logits` with `reference` (both `ids.len()` × `vocab`) over the text `ids`.
 pub fn compare(reference: &[f32], logits: &[f32], ids: &[u32], vocab: usize) -> Quality {
     let mut drift = Drift::default();
-    for (i, (r, l)) in reference.chunks(vocab).zip(logits.chunks(vocab)).enumerate() {
+    for (i, (r, l)) in reference
+        .chunks(vocab)
+        .zip(logits.chunks(vocab))
+        .enumerate()
+    {
         drift.add(r, l, ids.get(i + 1).copied());
     }
     drift.finish()

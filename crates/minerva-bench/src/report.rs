@@ -87,8 +87,16 @@ impl Stat {
         }
         v.sort_by(f64::total_cmp);
         let n = v.len();
-        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-        Some(Stat { median, min: v[0], max: v[n - 1] })
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Stat {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        })
     }
 }
 
@@ -104,15 +112,25 @@ pub struct Summary {
 
 impl Summary {
     pub fn of(runs: &[RunFigures], prompt_lengths: usize) -> Summary {
-        let stat = |f: &dyn Fn(&RunFigures) -> f64| Stat::of(&runs.iter().map(f).collect::<Vec<_>>());
+        let stat =
+            |f: &dyn Fn(&RunFigures) -> f64| Stat::of(&runs.iter().map(f).collect::<Vec<_>>());
         let at = |f: &dyn Fn(&RunFigures) -> &Vec<f64>, i: usize| {
-            Stat::of(&runs.iter().filter_map(|r| f(r).get(i).copied()).collect::<Vec<_>>())
+            Stat::of(
+                &runs
+                    .iter()
+                    .filter_map(|r| f(r).get(i).copied())
+                    .collect::<Vec<_>>(),
+            )
         };
         Summary {
             load_cold_ms: stat(&|r| r.load_cold_ms),
             load_warm_ms: stat(&|r| r.load_warm_ms),
-            ttft_ms: (0..prompt_lengths).map(|i| at(&|r| &r.ttft_ms, i)).collect(),
-            prefill_tokens_per_s: (0..prompt_lengths).map(|i| at(&|r| &r.prefill_tokens_per_s, i)).collect(),
+            ttft_ms: (0..prompt_lengths)
+                .map(|i| at(&|r| &r.ttft_ms, i))
+                .collect(),
+            prefill_tokens_per_s: (0..prompt_lengths)
+                .map(|i| at(&|r| &r.prefill_tokens_per_s, i))
+                .collect(),
             decode_tokens_per_s: stat(&|r| r.decode_tokens_per_s),
             peak_rss_bytes: stat(&|r| r.peak_rss_bytes as f64),
         }
@@ -121,7 +139,9 @@ impl Summary {
 
 /// The JSON Schema of [`Report`] as serialized (draft 2020-12).
 pub fn schema() -> serde_json::Value {
-    let generator = schemars::generate::SchemaSettings::draft2020_12().for_serialize().into_generator();
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator();
     serde_json::to_value(generator.into_root_schema_for::<Report>()).unwrap_or_default()
 }
 
@@ -131,12 +151,27 @@ fn cell(s: Option<Stat>, digits: usize) -> String {
 
 /// One Markdown table: a row per format, medians of each figure, and quality.
 pub fn markdown(r: &Report) -> String {
-    let mut head = vec!["format".to_string(), "size MiB".into(), "load cold ms".into(), "load warm ms".into()];
+    let mut head = vec![
+        "format".to_string(),
+        "size MiB".into(),
+        "load cold ms".into(),
+        "load warm ms".into(),
+    ];
     for n in &r.settings.prompt_tokens {
         head.push(format!("TTFT@{n} ms"));
         head.push(format!("prefill@{n} tok/s"));
     }
-    head.extend(["decode tok/s", "peak RSS MiB", "KL mean", "KL max", "top-1", "PPL"].map(String::from));
+    head.extend(
+        [
+            "decode tok/s",
+            "peak RSS MiB",
+            "KL mean",
+            "KL max",
+            "top-1",
+            "PPL",
+        ]
+        .map(String::from),
+    );
     let mut out = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
     for f in &r.formats {
         let s = &f.summary;
@@ -151,7 +186,9 @@ pub fn markdown(r: &Report) -> String {
             row.push(cell(s.prefill_tokens_per_s.get(i).copied().flatten(), 0));
         }
         row.push(cell(s.decode_tokens_per_s, 1));
-        row.push(s.peak_rss_bytes.map_or("–".into(), |b| format!("{:.0}", b.median / (1 << 20) as f64)));
+        row.push(s.peak_rss_bytes.map_or("–".into(), |b| {
+            format!("{:.0}", b.median / (1 << 20) as f64)
+        }));
         match &f.quality {
             Some(q) => row.extend([
                 format!("{:.4}", q.kl_mean),

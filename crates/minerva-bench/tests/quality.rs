@@ -10,7 +10,9 @@ use minerva_text::Tokenizer;
 use std::path::Path;
 
 fn fixture(rel: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(rel)
 }
 
 fn logits(rel: &str, n: usize) -> (Vec<u32>, Vec<f32>, usize) {
@@ -20,7 +22,11 @@ fn logits(rel: &str, n: usize) -> (Vec<u32>, Vec<f32>, usize) {
     ids.truncate(n);
     let mut model = Model::load(&ckpt, Box::new(CpuBackend::new())).unwrap();
     let vocab = model.spec.vocab_size;
-    (ids.clone(), logits_over(&mut model, &ids, 64).unwrap(), vocab)
+    (
+        ids.clone(),
+        logits_over(&mut model, &ids, 64).unwrap(),
+        vocab,
+    )
 }
 
 #[test]
@@ -30,7 +36,10 @@ fn formats_drift_from_the_reference_in_the_order_of_their_precision() {
     let (ids, reference, vocab) = logits("llama/f32", n);
     assert!(ids.len() == n, "the bench text gives {} tokens", ids.len());
     let same = compare(&reference, &reference, &ids, vocab);
-    assert_eq!((same.kl_mean, same.kl_max, same.top1_agreement), (0.0, 0.0, 1.0));
+    assert_eq!(
+        (same.kl_mean, same.kl_max, same.top1_agreement),
+        (0.0, 0.0, 1.0)
+    );
 
     // Perplexity is exp of the mean negative log-likelihood of each next token.
     let nll: f64 = (0..n - 1)
@@ -39,11 +48,18 @@ fn formats_drift_from_the_reference_in_the_order_of_their_precision() {
     assert!((same.perplexity - (nll / (n - 1) as f64).exp()).abs() < 1e-9 * same.perplexity);
 
     let mut kls = Vec::new();
-    for rel in ["llama/f16", "llama/gguf-q8_0/llama-Q8_0.gguf", "llama/gguf-q4_0/llama-Q4_0.gguf"] {
+    for rel in [
+        "llama/f16",
+        "llama/gguf-q8_0/llama-Q8_0.gguf",
+        "llama/gguf-q4_0/llama-Q4_0.gguf",
+    ] {
         let (ids2, l, _) = logits(rel, n);
         assert_eq!(ids2, ids, "{rel} tokenizes the text like the reference");
         let q = compare(&reference, &l, &ids, vocab);
-        assert!(q.kl_mean > 0.0 && q.kl_max >= q.kl_mean && q.perplexity.is_finite(), "{rel}: {q:?}");
+        assert!(
+            q.kl_mean > 0.0 && q.kl_max >= q.kl_mean && q.perplexity.is_finite(),
+            "{rel}: {q:?}"
+        );
         kls.push((rel, q.kl_mean));
     }
     assert!(kls[0].1 < kls[1].1 && kls[1].1 < kls[2].1, "{kls:?}");

@@ -23,7 +23,12 @@ fn report() -> Report {
         schema_version: SCHEMA_VERSION,
         engine_version: "0.1.0".into(),
         started: "2026-11-25T06:00:00Z".into(),
-        machine: Machine { cpu: "test".into(), cores: 2, ram_bytes: 1 << 34, device: "cpu".into() },
+        machine: Machine {
+            cpu: "test".into(),
+            cores: 2,
+            ram_bytes: 1 << 34,
+            device: "cpu".into(),
+        },
         settings: Settings {
             model: "tiny".into(),
             backend: "cpu".into(),
@@ -38,25 +43,51 @@ fn report() -> Report {
             bytes_on_disk: 3 << 20,
             summary: Summary::of(&runs, 2),
             runs,
-            quality: Some(Quality { positions: 10, kl_mean: 0.01, kl_max: 0.2, top1_agreement: 0.9, perplexity: 12.5 }),
+            quality: Some(Quality {
+                positions: 10,
+                kl_mean: 0.01,
+                kl_max: 0.2,
+                top1_agreement: 0.9,
+                perplexity: 12.5,
+            }),
         }],
     }
 }
 
 #[test]
 fn medians_and_tables() {
-    assert_eq!(Stat::of(&[3.0, 1.0, 2.0]), Some(Stat { median: 2.0, min: 1.0, max: 3.0 }));
+    assert_eq!(
+        Stat::of(&[3.0, 1.0, 2.0]),
+        Some(Stat {
+            median: 2.0,
+            min: 1.0,
+            max: 3.0
+        })
+    );
     assert_eq!(Stat::of(&[4.0, 1.0]).unwrap().median, 2.5);
     assert_eq!(Stat::of(&[f64::NAN]), None);
     let r = report();
     let s = &r.formats[0].summary;
     assert_eq!(s.load_warm_ms.unwrap().median, 100.0);
-    assert_eq!(s.decode_tokens_per_s.unwrap(), Stat { median: 31.0, min: 30.0, max: 32.0 });
+    assert_eq!(
+        s.decode_tokens_per_s.unwrap(),
+        Stat {
+            median: 31.0,
+            min: 30.0,
+            max: 32.0
+        }
+    );
     let md = markdown(&r);
     assert!(md.contains("| gguf q4_0 | 3.0 | 200 | 100 | 10.0 | 12800 | 40.0 | 12800 | 31.0 | 200 | 0.0100 | 0.2000 | 0.900 | 12.500 |"), "{md}");
     let csv = csv(&r);
     assert_eq!(csv.lines().count(), 1 + 3 * 2);
-    assert!(csv.lines().nth(1).unwrap().starts_with("\"gguf q4_0\",1,200,100,128,10,12800,30,"), "{csv}");
+    assert!(
+        csv.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("\"gguf q4_0\",1,200,100,128,10,12800,30,"),
+        "{csv}"
+    );
 }
 
 #[test]
@@ -67,8 +98,12 @@ fn the_committed_schema_matches_the_types_and_describes_a_report() {
     if std::env::var_os("MINERVA_WRITE_SCHEMA").is_some() {
         std::fs::write(&path, &text).unwrap();
     }
-    let committed = std::fs::read_to_string(&path).expect("benches/report.schema.json (MINERVA_WRITE_SCHEMA=1 writes it)");
-    assert_eq!(committed, text, "the schema changed: regenerate it with MINERVA_WRITE_SCHEMA=1 and bump SCHEMA_VERSION");
+    let committed = std::fs::read_to_string(&path)
+        .expect("benches/report.schema.json (MINERVA_WRITE_SCHEMA=1 writes it)");
+    assert_eq!(
+        committed, text,
+        "the schema changed: regenerate it with MINERVA_WRITE_SCHEMA=1 and bump SCHEMA_VERSION"
+    );
     // Every required top-level field of the schema is in a serialized report.
     let value = serde_json::to_value(report()).unwrap();
     for field in schema["required"].as_array().unwrap() {

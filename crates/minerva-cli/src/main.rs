@@ -34,6 +34,8 @@ enum Command {
     Convert(commands::convert::Args),
     /// Write a random-weight model at a real model's shape, in several formats.
     Synth(commands::synth::Args),
+    /// Compare one model's formats: load, first token, prefill, decode, memory and drift.
+    Bench(commands::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Command::Chat(args) => commands::chat::run(args),
         Command::Convert(args) => commands::convert::run(args),
         Command::Synth(args) => commands::synth::run(args),
+        Command::Bench(args) => commands::bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

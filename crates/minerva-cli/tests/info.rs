@@ -155,15 +155,32 @@ fn bad_input_exits_1_naming_the_file() {
 #[test]
 fn damaged_counts_end_in_one_line_naming_the_file_and_key() {
     let hostile = fixtures().join("hostile");
-    let out = minerva(&["info", "--json", hostile.join("block-count-1e8.gguf").to_str().unwrap()]);
+    let out = minerva(&[
+        "info",
+        "--json",
+        hostile.join("block-count-1e8.gguf").to_str().unwrap(),
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(out.stdout.is_empty());
-    assert!(err.contains("block-count-1e8.gguf") && err.contains("llama.block_count is 100000000"), "{err}");
-    let out = minerva(&["run", hostile.join("context-1").to_str().unwrap(), "--prompt", "Hi", "--backend", "cpu"]);
+    assert!(
+        err.contains("block-count-1e8.gguf") && err.contains("llama.block_count is 100000000"),
+        "{err}"
+    );
+    let out = minerva(&[
+        "run",
+        hostile.join("context-1").to_str().unwrap(),
+        "--prompt",
+        "Hi",
+        "--backend",
+        "cpu",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("config.json") && err.contains("max_position_embeddings is 1"), "{err}");
+    assert!(
+        err.contains("config.json") && err.contains("max_position_embeddings is 1"),
+        "{err}"
+    );
 }
 
 /// A catalogue id (models.toml) stands for its first file on this disk; an id with none says
@@ -177,5 +194,9 @@ fn a_catalogue_id_opens_its_file() {
     if out.status.success() {
         return; // this machine has gpt-oss-20b in one of the usual stores
     }
-    assert!(err.contains("catalogue model 'gpt-oss-20b'") && err.contains("minerva synth --shape gpt-oss-20b"), "{err}");
+    assert!(
+        err.contains("catalogue model 'gpt-oss-20b'")
+            && err.contains("minerva synth --shape gpt-oss-20b"),
+        "{err}"
+    );
 }

@@ -258,13 +258,19 @@ fn a_panic_in_generation_is_an_error_event_and_the_session_says_it_stopped() {
     let handle = Session::new(model("llama/f32"), 256, 0.0).unwrap().spawn();
     let (mut rx, _) = handle.generate(request(PROMPT.to_vec(), 20), Box::new(PanicsOnThird(0)));
     let error = loop {
-        match rx.blocking_recv().expect("the stream ended without Done or Error") {
+        match rx
+            .blocking_recv()
+            .expect("the stream ended without Done or Error")
+        {
             Event::Error(e) => break e,
             Event::Done { .. } => panic!("the turn finished despite the panic"),
             _ => {}
         }
     };
-    assert!(error.contains("text step 3 failed") && error.contains("load the model again"), "{error}");
+    assert!(
+        error.contains("text step 3 failed") && error.contains("load the model again"),
+        "{error}"
+    );
     let (mut rx, _) = handle.generate(request(PROMPT.to_vec(), 2), Box::new(NoText));
     match rx.blocking_recv() {
         Some(Event::Error(e)) => assert!(e.contains("load the model again"), "{e}"),

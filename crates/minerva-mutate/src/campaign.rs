@@ -12,7 +12,9 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(clap::Parser)]
-#[command(about = "Mutation campaign over the fixture models: readers, spec, card, tokenizer, template, load and a forward step")]
+#[command(
+    about = "Mutation campaign over the fixture models: readers, spec, card, tokenizer, template, load and a forward step"
+)]
 pub struct Args {
     /// Stop after this many seconds (default 60 unless --cases is given).
     #[arg(long)]
@@ -81,7 +83,11 @@ pub fn main(args: Args) -> i32 {
 
 fn replay(dir: &Path) -> i32 {
     let gguf = dir.join("model.gguf");
-    let path = if gguf.is_file() { gguf } else { dir.join("model") };
+    let path = if gguf.is_file() {
+        gguf
+    } else {
+        dir.join("model")
+    };
     let outcome = run::run_case(&path);
     println!("{outcome:?}");
     i32::from(outcome.is_failure())
@@ -122,7 +128,10 @@ fn worker(args: &Args, w: u64, seeds: &[Seed]) -> i32 {
         let s = &seeds[case.seed];
         // The file the last case damaged is put back only when this case writes another:
         // a GGUF case always rewrites the whole file, so most cases skip one write.
-        if let Some((d, f)) = dirty.take().filter(|(d, f)| (*d, f.as_str()) != (case.seed, case.file.as_str())) {
+        if let Some((d, f)) = dirty
+            .take()
+            .filter(|(d, f)| (*d, f.as_str()) != (case.seed, case.file.as_str()))
+        {
             let _ = space.restore(&seeds[d], &f);
         }
         dirty = Some((case.seed, case.file.clone()));
@@ -134,10 +143,23 @@ fn worker(args: &Args, w: u64, seeds: &[Seed]) -> i32 {
             }
         };
         if outcome.is_failure() {
-            save(&args.out, seeds, &case, seed, w, index, outcome.label(), &format!("{outcome:?}"));
+            save(
+                &args.out,
+                seeds,
+                &case,
+                seed,
+                w,
+                index,
+                outcome.label(),
+                &format!("{outcome:?}"),
+            );
         }
         *counts
-            .entry((s.format.name().into(), case.kind.into(), outcome.label().into()))
+            .entry((
+                s.format.name().into(),
+                case.kind.into(),
+                outcome.label().into(),
+            ))
             .or_insert(0) += 1;
         index += 1;
         if index % 256 == 0 {
@@ -151,9 +173,21 @@ fn worker(args: &Args, w: u64, seeds: &[Seed]) -> i32 {
 
 /// Saves a failing case as a folder: the damaged model and `why.txt`.
 #[allow(clippy::too_many_arguments)]
-fn save(out: &Path, seeds: &[Seed], case: &Case, seed: u64, w: u64, index: u64, label: &str, why: &str) {
+fn save(
+    out: &Path,
+    seeds: &[Seed],
+    case: &Case,
+    seed: u64,
+    w: u64,
+    index: u64,
+    label: &str,
+    why: &str,
+) {
     let s = &seeds[case.seed];
-    let dir = out.join(format!("{label}-{}-{}-s{seed}-w{w}-i{index}", s.name, case.kind));
+    let dir = out.join(format!(
+        "{label}-{}-{}-s{seed}-w{w}-i{index}",
+        s.name, case.kind
+    ));
     let model = match s.format {
         SeedFormat::Gguf => dir.clone(),
         _ => dir.join("model"),
@@ -181,11 +215,24 @@ struct Running {
     left: u64,
 }
 
-fn spawn(args: &Args, work: &Path, seed: u64, w: u64, start: u64, left: u64, until: u64) -> Running {
+fn spawn(
+    args: &Args,
+    work: &Path,
+    seed: u64,
+    w: u64,
+    start: u64,
+    left: u64,
+    until: u64,
+) -> Running {
     let exe = std::env::current_exe().expect("own path");
     let child = Command::new(exe)
         .args(["--worker", &w.to_string(), "--seed", &seed.to_string()])
-        .args(["--start", &start.to_string(), "--max-cases", &left.to_string()])
+        .args([
+            "--start",
+            &start.to_string(),
+            "--max-cases",
+            &left.to_string(),
+        ])
         .args(["--until-ms", &until.to_string()])
         .arg("--fixtures")
         .arg(&args.fixtures)
@@ -208,25 +255,52 @@ fn read_status(work: &Path, w: u64) -> Option<(u64, u64)> {
 }
 
 fn supervise(args: &Args, seeds: &[Seed]) -> i32 {
-    let seed = args.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64));
-    let workers = args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())) as u64;
-    let seconds = args.seconds.unwrap_or(if args.cases.is_some() { f64::INFINITY } else { 60.0 });
-    let until = if seconds.is_finite() { now_ms() + (seconds * 1000.0) as u64 } else { u64::MAX };
+    let seed = args.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let workers = args
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+        as u64;
+    let seconds = args.seconds.unwrap_or(if args.cases.is_some() {
+        f64::INFINITY
+    } else {
+        60.0
+    });
+    let until = if seconds.is_finite() {
+        now_ms() + (seconds * 1000.0) as u64
+    } else {
+        u64::MAX
+    };
     let per_worker = args.cases.map_or(u64::MAX, |c| c.div_ceil(workers));
     let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
     let work = base.join(format!("minerva-mutate-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&work);
     let _ = std::fs::create_dir_all(&args.out);
-    println!("minerva-mutate: seed {seed}, {workers} workers, {} seeds, failing inputs to {}", seeds.len(), args.out.display());
+    println!(
+        "minerva-mutate: seed {seed}, {workers} workers, {} seeds, failing inputs to {}",
+        seeds.len(),
+        args.out.display()
+    );
     let began = Instant::now();
     let mut extra = Counts::new();
-    let mut running: Vec<Option<Running>> = (0..workers).map(|w| Some(spawn(args, &work, seed, w, 0, per_worker, until))).collect();
+    let mut running: Vec<Option<Running>> = (0..workers)
+        .map(|w| Some(spawn(args, &work, seed, w, 0, per_worker, until)))
+        .collect();
     let timeout_ms = (args.case_timeout * 1000.0) as u64;
     while running.iter().any(Option::is_some) {
         std::thread::sleep(Duration::from_millis(100));
         for w in 0..workers {
-            let Some(r) = running[w as usize].as_mut() else { continue };
+            let Some(r) = running[w as usize].as_mut() else {
+                continue;
+            };
             let status = read_status(&work, w);
             let hung = status.filter(|&(_, since)| now_ms().saturating_sub(since) > timeout_ms);
             let exited = r.child.try_wait().ok().flatten();
@@ -250,11 +324,14 @@ fn supervise(args: &Args, seeds: &[Seed]) -> i32 {
             let case = mutate::make(seeds, &mut Rng::for_case(seed, w, index));
             let s = &seeds[case.seed];
             save(&args.out, seeds, &case, seed, w, index, label, label);
-            *extra.entry((s.format.name().into(), case.kind.into(), label.into())).or_insert(0) += 1;
+            *extra
+                .entry((s.format.name().into(), case.kind.into(), label.into()))
+                .or_insert(0) += 1;
             let done = index + 1 - r.start;
             let left = r.left.saturating_sub(done);
             let _ = std::fs::remove_file(status_path(&work, w));
-            running[w as usize] = (left > 0 && now_ms() < until).then(|| spawn(args, &work, seed, w, index + 1, left, until));
+            running[w as usize] = (left > 0 && now_ms() < until)
+                .then(|| spawn(args, &work, seed, w, index + 1, left, until));
         }
     }
     let mut counts = extra;
@@ -263,7 +340,10 @@ fn supervise(args: &Args, seeds: &[Seed]) -> i32 {
         if !name.starts_with("counts-") {
             continue;
         }
-        let rows: Vec<(String, String, String, u64)> = std::fs::read(entry.path()).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        let rows: Vec<(String, String, String, u64)> = std::fs::read(entry.path())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
         for (f, k, o, n) in rows {
             *counts.entry((f, k, o)).or_insert(0) += n;
         }
@@ -275,22 +355,41 @@ fn supervise(args: &Args, seeds: &[Seed]) -> i32 {
 fn report(args: &Args, counts: &Counts, seed: u64, workers: u64, took: Duration) -> i32 {
     let mut rows: BTreeMap<(String, String), BTreeMap<String, u64>> = BTreeMap::new();
     for ((f, k, o), n) in counts {
-        *rows.entry((f.clone(), k.clone())).or_default().entry(o.clone()).or_insert(0) += n;
+        *rows
+            .entry((f.clone(), k.clone()))
+            .or_default()
+            .entry(o.clone())
+            .or_insert(0) += n;
     }
     let total: u64 = counts.values().sum();
-    let failures: u64 = counts.iter().filter(|((_, _, o), _)| o != "ran" && o != "refused").map(|(_, n)| n).sum();
-    println!("\n{:<12} {:<20} {:>10} {:>10} {:>10} {:>8}", "format", "mutation", "cases", "refused", "ran", "failed");
+    let failures: u64 = counts
+        .iter()
+        .filter(|((_, _, o), _)| o != "ran" && o != "refused")
+        .map(|(_, n)| n)
+        .sum();
+    println!(
+        "\n{:<12} {:<20} {:>10} {:>10} {:>10} {:>8}",
+        "format", "mutation", "cases", "refused", "ran", "failed"
+    );
     for ((f, k), by) in &rows {
         let all: u64 = by.values().sum();
         let get = |o: &str| by.get(o).copied().unwrap_or(0);
-        println!("{f:<12} {k:<20} {all:>10} {:>10} {:>10} {:>8}", get("refused"), get("ran"), all - get("refused") - get("ran"));
+        println!(
+            "{f:<12} {k:<20} {all:>10} {:>10} {:>10} {:>8}",
+            get("refused"),
+            get("ran"),
+            all - get("refused") - get("ran")
+        );
     }
     let secs = took.as_secs_f64();
     println!(
         "\n{total} cases in {secs:.0} s ({:.0}/s) on {workers} workers, seed {seed}: {failures} failed",
         total as f64 / secs.max(1e-9)
     );
-    for ((f, k, o), n) in counts.iter().filter(|((_, _, o), _)| o != "ran" && o != "refused") {
+    for ((f, k, o), n) in counts
+        .iter()
+        .filter(|((_, _, o), _)| o != "ran" && o != "refused")
+    {
         println!("  {o}: {n} ({f}, {k})");
     }
     if let Some(path) = &args.json {

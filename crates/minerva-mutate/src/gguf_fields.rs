@@ -35,7 +35,11 @@ pub struct Field {
 
 /// The fields of a GGUF's header and where its header ends; None if `b` is not one we read.
 pub fn fields(b: &[u8]) -> Option<(Vec<Field>, usize)> {
-    let mut r = Reader { b, pos: 0, out: Vec::new() };
+    let mut r = Reader {
+        b,
+        pos: 0,
+        out: Vec::new(),
+    };
     if b.get(..4)? != b"GGUF" {
         return None;
     }
@@ -70,7 +74,11 @@ impl Reader<'_> {
         let bytes = self.b.get(self.pos..self.pos + width)?;
         let mut v = [0u8; 8];
         v[..width].copy_from_slice(bytes);
-        self.out.push(Field { kind, pos: self.pos, width });
+        self.out.push(Field {
+            kind,
+            pos: self.pos,
+            width,
+        });
         self.pos += width;
         Some(u64::from_le_bytes(v))
     }
@@ -82,7 +90,10 @@ impl Reader<'_> {
     }
 
     fn value(&mut self, ty: u32, array: bool) -> Option<()> {
-        let int = Kind::Number { float: false, array };
+        let int = Kind::Number {
+            float: false,
+            array,
+        };
         let float = Kind::Number { float: true, array };
         match ty {
             0 | 1 | 7 => self.field(int, 1).map(drop),

@@ -44,7 +44,11 @@ fn get(b: &[u8], f: &Field) -> u64 {
     u64::from_le_bytes(v)
 }
 
-fn pick_field<'a>(fields: &'a [Field], rng: &mut Rng, want: impl Fn(Kind) -> bool) -> Option<&'a Field> {
+fn pick_field<'a>(
+    fields: &'a [Field],
+    rng: &mut Rng,
+    want: impl Fn(Kind) -> bool,
+) -> Option<&'a Field> {
     let matching: Vec<&Field> = fields.iter().filter(|f| want(f.kind)).collect();
     (!matching.is_empty()).then(|| *rng.pick(&matching))
 }
@@ -67,7 +71,12 @@ fn float_bits(rng: &mut Rng, width: usize) -> u64 {
     }
 }
 
-fn gguf(seed: &[u8], fields: &[Field], header_end: usize, rng: &mut Rng) -> (Vec<u8>, &'static str) {
+fn gguf(
+    seed: &[u8],
+    fields: &[Field],
+    header_end: usize,
+    rng: &mut Rng,
+) -> (Vec<u8>, &'static str) {
     let mut b = seed.to_vec();
     let choice = rng.below(11);
     let stacked = choice == 10;
@@ -79,16 +88,38 @@ fn gguf(seed: &[u8], fields: &[Field], header_end: usize, rng: &mut Rng) -> (Vec
             0 => ("gguf-count", pick_field(fields, rng, |k| k == Kind::Count)),
             1 => {
                 let array = rng.chance(15);
-                let f = pick_field(fields, rng, |k| matches!(k, Kind::Number { array: a, .. } if a == array));
+                let f = pick_field(
+                    fields,
+                    rng,
+                    |k| matches!(k, Kind::Number { array: a, .. } if a == array),
+                );
                 ("gguf-meta-value", f)
             }
-            2 => ("gguf-type-tag", pick_field(fields, rng, |k| k == Kind::ValueType)),
-            3 => ("gguf-length", pick_field(fields, rng, |k| matches!(k, Kind::Length | Kind::ItemLength | Kind::ArrayLength))),
+            2 => (
+                "gguf-type-tag",
+                pick_field(fields, rng, |k| k == Kind::ValueType),
+            ),
+            3 => (
+                "gguf-length",
+                pick_field(fields, rng, |k| {
+                    matches!(k, Kind::Length | Kind::ItemLength | Kind::ArrayLength)
+                }),
+            ),
             4 => ("gguf-dtype", pick_field(fields, rng, |k| k == Kind::DType)),
-            5 => ("gguf-offset", pick_field(fields, rng, |k| k == Kind::Offset)),
-            6 => ("gguf-shape", pick_field(fields, rng, |k| matches!(k, Kind::NDims | Kind::Dim))),
+            5 => (
+                "gguf-offset",
+                pick_field(fields, rng, |k| k == Kind::Offset),
+            ),
+            6 => (
+                "gguf-shape",
+                pick_field(fields, rng, |k| matches!(k, Kind::NDims | Kind::Dim)),
+            ),
             7 => {
-                let at = if rng.chance(60) { rng.below(header_end + 1) } else { rng.below(b.len() + 1) };
+                let at = if rng.chance(60) {
+                    rng.below(header_end + 1)
+                } else {
+                    rng.below(b.len() + 1)
+                };
                 b.truncate(at);
                 ("truncate", None)
             }
@@ -121,7 +152,11 @@ fn flip(b: &mut [u8], hot: usize, rng: &mut Rng) {
         return;
     }
     for _ in 0..1 + rng.below(8) {
-        let range = if rng.chance(80) { hot.clamp(1, b.len()) } else { b.len() };
+        let range = if rng.chance(80) {
+            hot.clamp(1, b.len())
+        } else {
+            b.len()
+        };
         let i = rng.below(range);
         b[i] ^= 1 << rng.below(8);
     }
@@ -134,7 +169,9 @@ fn folder(seed: &Seed, rng: &mut Rng) -> (String, Vec<u8>, &'static str) {
         0..=39 => "model.safetensors",
         40..=69 => "config.json",
         70..=84 => "tokenizer.json",
-        85..=89 if seed.file("model.safetensors.index.json").is_some() => "model.safetensors.index.json",
+        85..=89 if seed.file("model.safetensors.index.json").is_some() => {
+            "model.safetensors.index.json"
+        }
         85..=92 => "tokenizer_config.json",
         93..=96 => "generation_config.json",
         _ => "chat_template.jinja",
@@ -189,7 +226,9 @@ const CONFIG_KEYS: &[&str] = &[
 
 fn random_text(rng: &mut Rng) -> Vec<u8> {
     let n = rng.below(64);
-    (0..n).map(|_| *rng.pick(b"{}[]\":,0123456789-.eE truefalsn\\x")).collect()
+    (0..n)
+        .map(|_| *rng.pick(b"{}[]\":,0123456789-.eE truefalsn\\x"))
+        .collect()
 }
 
 /// A hostile JSON value: huge, negative, fractional, non-finite-looking, of the wrong type.
@@ -324,7 +363,11 @@ fn safetensors(original: &[u8], rng: &mut Rng) -> (Vec<u8>, &'static str) {
     };
     let mut header: serde_json::Map<String, Value> =
         serde_json::from_slice(json).expect("the seed's header is valid JSON");
-    let names: Vec<String> = header.keys().filter(|k| *k != "__metadata__").cloned().collect();
+    let names: Vec<String> = header
+        .keys()
+        .filter(|k| *k != "__metadata__")
+        .cloned()
+        .collect();
     let name = rng.pick(&names).clone();
     match rng.below(9) {
         0 => {
@@ -340,18 +383,30 @@ fn safetensors(original: &[u8], rng: &mut Rng) -> (Vec<u8>, &'static str) {
                     shape.pop();
                 }
             }
-            (rebuild(&serde_json::to_vec(&header).expect("json")), "st-shape")
+            (
+                rebuild(&serde_json::to_vec(&header).expect("json")),
+                "st-shape",
+            )
         }
         1 => {
-            const DTYPES: [&str; 14] = ["F32", "F16", "BF16", "I8", "U8", "I16", "I32", "I64", "U32", "F64", "BOOL", "F8_E4M3", "F4", "Q4"];
+            const DTYPES: [&str; 14] = [
+                "F32", "F16", "BF16", "I8", "U8", "I16", "I32", "I64", "U32", "F64", "BOOL",
+                "F8_E4M3", "F4", "Q4",
+            ];
             header[&name]["dtype"] = Value::from(*rng.pick(&DTYPES));
-            (rebuild(&serde_json::to_vec(&header).expect("json")), "st-dtype")
+            (
+                rebuild(&serde_json::to_vec(&header).expect("json")),
+                "st-dtype",
+            )
         }
         2 => {
             let i = rng.below(2);
             let old = header[&name]["data_offsets"][i].as_u64().unwrap_or(0);
             header[&name]["data_offsets"][i] = Value::from(integer(rng, old));
-            (rebuild(&serde_json::to_vec(&header).expect("json")), "st-offset")
+            (
+                rebuild(&serde_json::to_vec(&header).expect("json")),
+                "st-offset",
+            )
         }
         3 => {
             // The same name twice: a map-based reader keeps one and drops the other.
@@ -371,7 +426,11 @@ fn safetensors(original: &[u8], rng: &mut Rng) -> (Vec<u8>, &'static str) {
         }
         5 | 6 => (rebuild(&text_edits(json, rng)), "st-header-text"),
         7 => {
-            let at = if rng.chance(50) { rng.below(8 + header_len + 1) } else { rng.below(original.len() + 1) };
+            let at = if rng.chance(50) {
+                rng.below(8 + header_len + 1)
+            } else {
+                rng.below(original.len() + 1)
+            };
             (original[..at].to_vec(), "truncate")
         }
         _ => {

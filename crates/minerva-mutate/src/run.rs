@@ -130,7 +130,11 @@ fn stages(path: &Path) -> Result<(), Failed> {
         let ctx = spec.context_length.min(FORWARD_CTX);
         let mut cache = model.new_cache(ctx)?;
         let n = ids.len().clamp(1, ctx / 2);
-        let prompt = if ids.is_empty() { vec![0] } else { ids[..n].to_vec() };
+        let prompt = if ids.is_empty() {
+            vec![0]
+        } else {
+            ids[..n].to_vec()
+        };
         model.prefill(&mut cache, &prompt)?;
         model.argmax()
     })?;

@@ -27,7 +27,10 @@ const SEEDS: [(&str, SeedFormat); 9] = [
     ("llama/gguf-q4_0/llama-Q4_0.gguf", SeedFormat::Gguf),
     ("qwen3/gguf-q8_0/qwen3-Q8_0.gguf", SeedFormat::Gguf),
     ("mixtral/gguf-q4_k_m/mixtral-Q4_K_M.gguf", SeedFormat::Gguf),
-    ("gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf", SeedFormat::Gguf),
+    (
+        "gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf",
+        SeedFormat::Gguf,
+    ),
     ("llama/f16", SeedFormat::Safetensors),
     ("qwen3/f32", SeedFormat::Safetensors),
     ("gpt_oss/f32", SeedFormat::Safetensors),
@@ -74,7 +77,10 @@ pub fn load(fixtures: &Path) -> io::Result<Vec<Seed>> {
             let bytes = std::fs::read(&path)?;
             let fields = gguf_fields::fields(&bytes);
             if fields.is_none() {
-                return Err(io::Error::other(format!("{}: not a GGUF we can map", path.display())));
+                return Err(io::Error::other(format!(
+                    "{}: not a GGUF we can map",
+                    path.display()
+                )));
             }
             (vec![("model.gguf".to_string(), bytes)], fields)
         } else {
@@ -87,7 +93,12 @@ pub fn load(fixtures: &Path) -> io::Result<Vec<Seed>> {
             }
             (files, None)
         };
-        out.push(Seed { name, format, files, gguf });
+        out.push(Seed {
+            name,
+            format,
+            files,
+            gguf,
+        });
     }
     Ok(out)
 }

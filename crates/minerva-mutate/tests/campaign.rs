@@ -17,9 +17,16 @@ fn a_bounded_campaign_finds_no_panic_abort_hang_or_unnamed_error() {
     assert!(text.contains(" cases in "), "no summary: {text}");
     let cases: u64 = text
         .lines()
-        .find_map(|l| l.split(" cases in ").next().filter(|_| l.contains(" cases in ")))
+        .find_map(|l| {
+            l.split(" cases in ")
+                .next()
+                .filter(|_| l.contains(" cases in "))
+        })
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0);
     assert!(cases > 1000, "only {cases} cases ran");
-    assert!(run.status.success(), "failing cases, saved under {out}:\n{text}");
+    assert!(
+        run.status.success(),
+        "failing cases, saved under {out}:\n{text}"
+    );
 }

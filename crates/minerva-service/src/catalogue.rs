@@ -21,7 +21,15 @@ pub const SHIPPED: &str = include_str!("../../../models.toml");
 pub const SHIPPED_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 const ARCHITECTURES: [&str; 9] = [
-    "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "phi3",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "gpt_oss",
+    "phi3",
 ];
 const FORMATS: [&str; 3] = ["gguf", "safetensors", "mlx"];
 
@@ -95,12 +103,17 @@ fn check(e: &EntryDoc) -> Result<(), String> {
     }
     if let Some(s) = &e.synth {
         if minerva_formats::synth::shapes::shape(&s.shape).is_none() {
-            return Err(format!("synth shape '{}' is not one `minerva synth` knows", s.shape));
+            return Err(format!(
+                "synth shape '{}' is not one `minerva synth` knows",
+                s.shape
+            ));
         }
         for f in &s.formats {
             let format = f.split(':').next().unwrap_or_default();
             if !FORMATS.contains(&format) {
-                return Err(format!("synth format '{f}' is not gguf:…, safetensors:… or mlx:…"));
+                return Err(format!(
+                    "synth format '{f}' is not gguf:…, safetensors:… or mlx:…"
+                ));
             }
         }
     }
@@ -118,14 +131,19 @@ impl Catalogue {
             Ok(d) => d,
             Err(e) => {
                 let line = e.span().map_or(0, |s| line_of(text, &s));
-                self.problems.push(format!("{}:{line}: {}", file.display(), e.message()));
+                self.problems
+                    .push(format!("{}:{line}: {}", file.display(), e.message()));
                 return;
             }
         };
         for spanned in doc.model {
             let line = line_of(text, &spanned.span());
             let value = spanned.into_inner();
-            let id = value.get("id").and_then(|v| v.as_str()).unwrap_or("?").to_string();
+            let id = value
+                .get("id")
+                .and_then(|v| v.as_str())
+                .unwrap_or("?")
+                .to_string();
             let checked = value
                 .try_into::<EntryDoc>()
                 .map_err(|e| e.message().trim().to_string())
@@ -133,16 +151,21 @@ impl Catalogue {
             let e = match checked {
                 Ok(e) => e,
                 Err(what) => {
-                    self.problems.push(format!("{}:{line}: model '{id}': {what}", file.display()));
+                    self.problems
+                        .push(format!("{}:{line}: model '{id}': {what}", file.display()));
                     continue;
                 }
             };
             let entry = Entry {
-                sources: [("gguf", e.gguf), ("safetensors", e.safetensors), ("mlx", e.mlx)]
-                    .into_iter()
-                    .filter(|(_, s)| !s.is_empty())
-                    .map(|(f, s)| (f.to_string(), s))
-                    .collect(),
+                sources: [
+                    ("gguf", e.gguf),
+                    ("safetensors", e.safetensors),
+                    ("mlx", e.mlx),
+                ]
+                .into_iter()
+                .filter(|(_, s)| !s.is_empty())
+                .map(|(f, s)| (f.to_string(), s))
+                .collect(),
                 id: e.id,
                 name: e.name,
                 architecture: e.architecture,
@@ -215,7 +238,8 @@ impl Entry {
                 let Some(home) = home else { continue };
                 let (org, name) = repo.split_once('/').unwrap_or(("", repo));
                 let h = home.display();
-                let snapshots = format!("{h}/.cache/huggingface/hub/models--{org}--{name}/snapshots/*");
+                let snapshots =
+                    format!("{h}/.cache/huggingface/hub/models--{org}--{name}/snapshots/*");
                 if gguf {
                     patterns.push(format!("{snapshots}/*.gguf"));
                     for lms in [".lmstudio/models", ".cache/lm-studio/models"] {
@@ -230,11 +254,20 @@ impl Entry {
                 }
             } else if let Some(model) = s.strip_prefix("ollama:") {
                 let Some(home) = home else { continue };
-                let tagged = if model.contains(':') { model.to_string() } else { format!("{model}:latest") };
+                let tagged = if model.contains(':') {
+                    model.to_string()
+                } else {
+                    format!("{model}:latest")
+                };
                 let root = std::env::var_os("OLLAMA_MODELS")
                     .map(PathBuf::from)
                     .unwrap_or_else(|| home.join(".ollama/models"));
-                out.extend(ollama_models(&root).into_iter().filter(|m| m.name == tagged).map(|m| m.path));
+                out.extend(
+                    ollama_models(&root)
+                        .into_iter()
+                        .filter(|m| m.name == tagged)
+                        .map(|m| m.path),
+                );
             } else if let (Some(rest), Some(home)) = (s.strip_prefix("~/"), home) {
                 patterns.push(home.join(rest).display().to_string());
             } else {
@@ -244,7 +277,11 @@ impl Entry {
         for p in patterns {
             let Ok(paths) = glob::glob(&p) else { continue };
             for path in paths.flatten() {
-                let fits = if gguf { path.is_file() } else { path.join("config.json").is_file() };
+                let fits = if gguf {
+                    path.is_file()
+                } else {
+                    path.join("config.json").is_file()
+                };
                 if fits && !out.contains(&path) {
                     out.push(path);
                 }
@@ -272,7 +309,10 @@ pub fn resolve(arg: &Path) -> crate::Result<PathBuf> {
         .find_map(|(f, s)| entry.locate(f, s, home.as_deref()).into_iter().next());
     first.ok_or_else(|| {
         let make = entry.synth.as_ref().map_or(String::new(), |s| {
-            format!("; `minerva synth --shape {} --out DIR` makes one of its size", s.shape)
+            format!(
+                "; `minerva synth --shape {} --out DIR` makes one of its size",
+                s.shape
+            )
         });
         crate::ServiceError::Model(format!(
             "catalogue model '{id}' ({}) has no file on this disk{make}",

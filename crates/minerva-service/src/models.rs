@@ -92,7 +92,11 @@ pub struct LoadedModel {
 /// (`models--ORG--REPO/snapshots/<hash>` → `REPO`).
 pub fn display_name(path: &Path) -> String {
     let is_weights = path.extension().is_some_and(|e| e == "safetensors");
-    let folder = if is_weights { path.parent().unwrap_or(path) } else { path };
+    let folder = if is_weights {
+        path.parent().unwrap_or(path)
+    } else {
+        path
+    };
     if path.is_file() && !is_weights {
         if let Some(stem) = path.file_stem() {
             return stem.to_string_lossy().into_owned();
@@ -123,11 +127,23 @@ fn display_names_say_which_model() {
         std::fs::write(&p, b"x").unwrap();
         p
     };
-    assert_eq!(display_name(&file("a/Qwen3-0.6B-Q8_0.gguf")), "Qwen3-0.6B-Q8_0");
-    assert_eq!(display_name(&file("thinking/model.safetensors")), "thinking");
+    assert_eq!(
+        display_name(&file("a/Qwen3-0.6B-Q8_0.gguf")),
+        "Qwen3-0.6B-Q8_0"
+    );
+    assert_eq!(
+        display_name(&file("thinking/model.safetensors")),
+        "thinking"
+    );
     let snap = file("hub/models--Qwen--Qwen3-0.6B/snapshots/ab12/config.json");
     assert_eq!(display_name(snap.parent().unwrap()), "Qwen3-0.6B");
-    assert_eq!(display_name(&dir.path().join("hub/models--Qwen--Qwen3-0.6B/snapshots/ab12/model.safetensors")), "Qwen3-0.6B");
+    assert_eq!(
+        display_name(
+            &dir.path()
+                .join("hub/models--Qwen--Qwen3-0.6B/snapshots/ab12/model.safetensors")
+        ),
+        "Qwen3-0.6B"
+    );
 }
 
 /// Loads `path` (reporting `progress(bytes, total)`, which returns false to cancel), starts

@@ -157,15 +157,30 @@ fn sending_without_a_model_asks_for_one() {
 #[test]
 fn reasoning_streams_and_is_stored_apart_from_the_answer() {
     let (svc, rx) = service(Store::in_memory().unwrap());
-    svc.load_blocking(&common::fixture("thinking"), "cpu", Some(128), &mut |_, _| true)
-        .unwrap();
-    for settings in [greedy(40), Settings { temperature: 0.8, seed: Some(3), ..greedy(40) }] {
+    svc.load_blocking(
+        &common::fixture("thinking"),
+        "cpu",
+        Some(128),
+        &mut |_, _| true,
+    )
+    .unwrap();
+    for settings in [
+        greedy(40),
+        Settings {
+            temperature: 0.8,
+            seed: Some(3),
+            ..greedy(40)
+        },
+    ] {
         let conv = svc.create_conversation(None, Some(settings)).unwrap();
         let reply = wait_reply(&rx, svc.send(conv.id, "What is two plus two?").unwrap());
         let m = reply.result.unwrap();
         assert_eq!(reply.reasoning.trim(), "the tiny model can return four");
         assert_eq!(reply.text.trim(), "Hello there");
         assert_eq!(m.content, "Hello there");
-        assert_eq!(m.reasoning.as_deref().map(str::trim), Some("the tiny model can return four"));
+        assert_eq!(
+            m.reasoning.as_deref().map(str::trim),
+            Some("the tiny model can return four")
+        );
     }
 }

@@ -93,7 +93,12 @@ impl Tokenizer {
         }
         // The tokenizers crate panics on some damaged files; the guard makes that an error.
         let mut inner = minerva_formats::guard::catch(|| tokenizers::Tokenizer::from_file(&path))
-            .map_err(|panic| TextError::malformed(path.display(), format!("not a valid tokenizer.json: {panic}")))?
+            .map_err(|panic| {
+                TextError::malformed(
+                    path.display(),
+                    format!("not a valid tokenizer.json: {panic}"),
+                )
+            })?
             .map_err(|e| {
                 TextError::malformed(path.display(), format!("not a valid tokenizer.json: {e}"))
             })?;
@@ -259,7 +264,9 @@ impl Tokenizer {
             None => Ok(()),
             Some((token, id)) => Err(TextError::malformed(
                 &self.origin,
-                format!("token {token:?} has id {id}, beyond the model's vocabulary of {model_vocab}"),
+                format!(
+                    "token {token:?} has id {id}, beyond the model's vocabulary of {model_vocab}"
+                ),
             )),
         }
     }

@@ -14,7 +14,9 @@ fn every_cut_in_the_decoder_section_is_an_error_naming_the_file() {
     let path = dir.path().join("tokenizer.json");
     for cut in start..end {
         std::fs::write(&path, &text[..cut]).unwrap();
-        let e = Tokenizer::from_folder(dir.path()).err().map(|e| e.to_string());
+        let e = Tokenizer::from_folder(dir.path())
+            .err()
+            .map(|e| e.to_string());
         let e = e.unwrap_or_else(|| panic!("a cut at byte {cut} was accepted"));
         assert!(e.contains("tokenizer.json"), "cut at {cut}: {e}");
     }

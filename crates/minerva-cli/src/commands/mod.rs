@@ -1,6 +1,7 @@
 //! One module per subcommand; each has clap `Args` and a `run` returning a user-facing error.
 
 mod backend;
+pub mod bench;
 pub mod chat;
 pub mod convert;
 pub mod info;

@@ -7,10 +7,10 @@ mod validate;
 
 pub use validate::MIN_CONTEXT;
 
+pub use crate::architecture::Architecture;
 use crate::checkpoint::{Checkpoint, Format};
 use crate::error::Result;
 use crate::names::{self, Role, TensorId};
-pub use crate::architecture::Architecture;
 use serde::Serialize;
 
 /// Which elements RoPE rotates together.

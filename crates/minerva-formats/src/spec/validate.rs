@@ -115,7 +115,10 @@ fn positive_finite(path: &Path, names: &dyn KeyNames, field: Field, v: f32) -> R
     if !(v.is_finite() && v > 0.0) {
         return Err(FormatError::malformed(
             path,
-            format!("{} is {v}, expected a positive finite number", names.key(field)),
+            format!(
+                "{} is {v}, expected a positive finite number",
+                names.key(field)
+            ),
         ));
     }
     Ok(())
@@ -156,7 +159,14 @@ pub(super) fn numbers(spec: &ModelSpec, path: &Path, names: &dyn KeyNames) -> Re
     in_range(path, names, Ffn, spec.ffn, 0, MAX_WIDTH)?;
     if let Some(m) = &spec.moe {
         in_range(path, names, Experts, m.n_experts, 1, MAX_EXPERTS)?;
-        in_range(path, names, ExpertsUsed, m.experts_per_token, 1, m.n_experts)?;
+        in_range(
+            path,
+            names,
+            ExpertsUsed,
+            m.experts_per_token,
+            1,
+            m.n_experts,
+        )?;
         in_range(path, names, ExpertFfn, m.expert_ffn, 1, MAX_WIDTH)?;
         if let Some(s) = m.shared_expert_ffn {
             in_range(path, names, ExpertFfn, s, 1, MAX_WIDTH)?;
@@ -167,12 +177,23 @@ pub(super) fn numbers(spec: &ModelSpec, path: &Path, names: &dyn KeyNames) -> Re
             format!("{} is 0", names.key(Ffn)),
         ));
     }
-    in_range(path, names, Context, spec.context_length, MIN_CONTEXT, MAX_CONTEXT)?;
+    in_range(
+        path,
+        names,
+        Context,
+        spec.context_length,
+        MIN_CONTEXT,
+        MAX_CONTEXT,
+    )?;
     positive_finite(path, names, NormEps, spec.norm_eps)?;
     if spec.norm_eps >= 1.0 {
         return Err(FormatError::malformed(
             path,
-            format!("{} is {}, expected below 1", names.key(NormEps), spec.norm_eps),
+            format!(
+                "{} is {}, expected below 1",
+                names.key(NormEps),
+                spec.norm_eps
+            ),
         ));
     }
     positive_finite(path, names, RopeTheta, spec.rope.theta)?;
@@ -208,7 +229,14 @@ pub(super) fn numbers(spec: &ModelSpec, path: &Path, names: &dyn KeyNames) -> Re
                     ),
                 ));
             }
-            in_range(path, names, RopeOriginalContext, original_max_position, 1, MAX_CONTEXT)?;
+            in_range(
+                path,
+                names,
+                RopeOriginalContext,
+                original_max_position,
+                1,
+                MAX_CONTEXT,
+            )?;
         }
         RopeScaling::Yarn {
             factor,
@@ -224,7 +252,14 @@ pub(super) fn numbers(spec: &ModelSpec, path: &Path, names: &dyn KeyNames) -> Re
             if let Some(a) = attention_factor {
                 positive_finite(path, names, RopeFactor, a)?;
             }
-            in_range(path, names, RopeOriginalContext, original_max_position, 1, MAX_CONTEXT)?;
+            in_range(
+                path,
+                names,
+                RopeOriginalContext,
+                original_max_position,
+                1,
+                MAX_CONTEXT,
+            )?;
         }
     }
     if let Some(w) = spec.sliding_window {
