@@ -176,7 +176,7 @@ fn quality(plan: &Plan, ckpts: &[Checkpoint]) -> Result<(usize, Vec<Quality>), S
         let mut ids = tokenizer
             .encode(BENCH_TEXT, false)
             .map_err(|e| e.to_string())?;
-        let loaded = minerva_engine::load(c.main_path(), kind).map_err(|e| e.to_string())?;
+        let loaded = minerva_engine::load(&plan.paths[i], kind).map_err(|e| e.to_string())?;
         let mut model = loaded.model;
         ids.truncate(plan.quality_tokens.min(model.spec.context_length));
         if let Some(r) = &ids_ref {

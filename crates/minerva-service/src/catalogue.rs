@@ -228,6 +228,14 @@ impl Catalogue {
 }
 
 impl Entry {
+    /// Every file or folder of this model on disk, format by format in the entry's order.
+    pub fn files(&self, home: Option<&Path>) -> Vec<PathBuf> {
+        self.sources
+            .iter()
+            .flat_map(|(f, s)| self.locate(f, s, home))
+            .collect()
+    }
+
     /// The paths present on disk for one format's sources.
     pub fn locate(&self, format: &str, sources: &[String], home: Option<&Path>) -> Vec<PathBuf> {
         let gguf = format == "gguf";
@@ -302,11 +310,7 @@ pub fn resolve(arg: &Path) -> crate::Result<PathBuf> {
     let Some(entry) = catalogue.get(id) else {
         return Ok(arg.to_path_buf());
     };
-    let home = dirs::home_dir();
-    let first = entry
-        .sources
-        .iter()
-        .find_map(|(f, s)| entry.locate(f, s, home.as_deref()).into_iter().next());
+    let first = entry.files(dirs::home_dir().as_deref()).into_iter().next();
     first.ok_or_else(|| {
         let make = entry.synth.as_ref().map_or(String::new(), |s| {
             format!(

@@ -34,38 +34,22 @@ pub struct Args {
 
 /// The paths behind the arguments: a catalogue id gives every file of it found on disk.
 fn paths(models: &[String]) -> Result<Vec<PathBuf>, String> {
+    use minerva_service::catalogue;
     if let [one] = models {
-        let catalogue = minerva_service::catalogue::Catalogue::load(
-            minerva_service::user_catalogue_path().as_deref(),
-        );
-        if let Some(entry) = catalogue
-            .get(one)
-            .filter(|_| !std::path::Path::new(one).exists())
-        {
-            let home = dirs_home();
-            let found: Vec<PathBuf> = entry
-                .sources
-                .iter()
-                .flat_map(|(f, s)| entry.locate(f, s, home.as_deref()))
-                .collect();
+        let path = std::path::Path::new(one);
+        let known = catalogue::Catalogue::load(minerva_service::user_catalogue_path().as_deref());
+        if let Some(entry) = known.get(one).filter(|_| !path.exists()) {
+            let found = entry.files(std::env::home_dir().as_deref());
             if found.is_empty() {
-                return Err(
-                    minerva_service::catalogue::resolve(std::path::Path::new(one))
-                        .err()
-                        .map_or_else(
-                            || format!("catalogue model '{one}' has no file on this disk"),
-                            |e| e.to_string(),
-                        ),
-                );
+                // resolve says which synth shape makes one.
+                return Err(catalogue::resolve(path)
+                    .err()
+                    .map_or_else(String::new, |e| e.to_string()));
             }
             return Ok(found);
         }
     }
     Ok(models.iter().map(PathBuf::from).collect())
-}
-
-fn dirs_home() -> Option<PathBuf> {
-    std::env::var_os("HOME").map(PathBuf::from)
 }
 
 pub fn run(args: Args) -> Result<(), String> {
