@@ -1,14 +1,15 @@
-//! Runs a comparison: each format's speed in fresh `minerva run` processes (the first of each
-//! run after its files' pages were dropped, so its load is cold), peak memory from the
-//! child's rusage, and each format's quality against the most precise one, in this process.
+//! Runs a comparison: each format's quality against the most precise one, in this process,
+//! then its speed and memory in fresh `minerva run` processes (the first of each run after its
+//! files' pages were dropped, so its load is cold). A stop keeps what was measured.
 
+use crate::child::{self, drop_pages, RunArgs, Stop};
+use crate::driver_memory::Driver;
 use crate::quality::{compare, logits_over, Quality};
 use crate::report::{FormatResult, Machine, Report, RunFigures, Settings, Summary, SCHEMA_VERSION};
 use crate::BENCH_TEXT;
 use minerva_formats::Checkpoint;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// What to compare and how.
 pub struct Plan {
@@ -22,6 +23,29 @@ pub struct Plan {
     pub runs: usize,
     /// Tokens of the bench text the quality is measured on.
     pub quality_tokens: usize,
+    /// Keep only formats matching one of these (see [`selected`]); empty keeps all.
+    pub formats: Vec<String>,
+    pub stop: std::sync::Arc<Stop>,
+}
+
+/// Where a comparison is: format `format` (of `formats`) is at step `done` of `total`, doing
+/// `phase`.
+pub struct Progress<'a> {
+    pub format: usize,
+    pub label: &'a str,
+    pub done: usize,
+    pub total: usize,
+    pub phase: &'a str,
+}
+
+/// Whether a format's label matches a `--formats` item: `gguf`, `gguf:q8_0`, `mlx:4-bit`
+/// (the label's words joined by `:`, compared without case, as a prefix).
+pub fn selected(label: &str, wanted: &[String]) -> bool {
+    let key = label.to_lowercase().replace(' ', ":");
+    wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|w| key == w.to_lowercase() || key.starts_with(&format!("{}:", w.to_lowercase())))
 }
 
 /// `format dtype`, the dtype that holds most of the bytes (`gguf Q4_0`, `mlx U32`→`mlx 4-bit`).
@@ -47,108 +71,80 @@ pub fn label(ckpt: &Checkpoint) -> String {
     format!("{} {main}", ckpt.format.name())
 }
 
-/// Drops the page cache of every file of a model (no root needed), so the next load reads
-/// from the disk.
-fn drop_pages(files: &[PathBuf]) {
-    use std::os::unix::io::AsRawFd;
-    for f in files {
-        if let Ok(file) = std::fs::File::open(f) {
-            // SAFETY: a valid open descriptor; the call only advises the kernel.
-            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        }
-    }
-}
-
-/// One `minerva run` child: its JSON line and its peak resident memory.
-fn child(plan: &Plan, path: &Path, prompt: usize) -> Result<(serde_json::Value, u64), String> {
-    use std::os::unix::process::ExitStatusExt;
-    let mut cmd = Command::new(&plan.minerva);
-    cmd.arg("run").arg(path);
-    cmd.args([
-        "--prompt-tokens",
-        &prompt.to_string(),
-        "--max-tokens",
-        &plan.gen_tokens.to_string(),
-    ]);
-    cmd.args(["--ignore-eos", "--json", "--backend", &plan.backend]);
-    let out_file = tempfile_path();
-    cmd.stdout(std::fs::File::create(&out_file).map_err(|e| e.to_string())?);
-    cmd.stderr(std::process::Stdio::piped());
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("{}: {e}", plan.minerva.display()))?;
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: zeroed rusage is a valid value; wait4 fills it for our own child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    let stdout = std::fs::read_to_string(&out_file).unwrap_or_default();
-    let _ = std::fs::remove_file(&out_file);
-    let ok = waited == pid && std::process::ExitStatus::from_raw(status).success();
-    if !ok {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr {
-            use std::io::Read;
-            let _ = e.read_to_string(&mut err);
-        }
-        return Err(format!(
-            "{}: minerva run failed: {}",
-            path.display(),
-            err.trim()
-        ));
-    }
-    let json = stdout
-        .lines()
-        .last()
-        .and_then(|l| serde_json::from_str(l).ok())
-        .ok_or_else(|| format!("{}: minerva run printed no JSON", path.display()))?;
-    Ok((json, usage.ru_maxrss as u64 * 1024))
-}
-
-fn tempfile_path() -> PathBuf {
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    std::env::temp_dir().join(format!("minerva-bench-{}-{n}.json", std::process::id()))
-}
-
 fn number(v: &serde_json::Value, key: &str) -> f64 {
     v[key].as_f64().unwrap_or(f64::NAN)
 }
 
+/// Steps of one format: its quality, then per run a cold child and a warm child per length.
+fn steps(plan: &Plan) -> usize {
+    1 + plan.runs * (1 + plan.prompt_tokens.len())
+}
+
 /// The runs of one format: per run, a cold child at the first prompt length, then a warm
-/// child at every length (so each length's figures come from a warm process).
-pub fn measure(
+/// child at every length (so each length's figures come from a warm process). A stop ends
+/// it early with the runs completed.
+fn measure(
     plan: &Plan,
     ckpt: &Checkpoint,
     path: &Path,
-    progress: &mut dyn FnMut(&str),
+    driver: Option<&Driver>,
+    progress: &mut dyn FnMut(usize, &str),
 ) -> Result<Vec<RunFigures>, String> {
     let files: Vec<PathBuf> = ckpt.files.iter().map(|f| f.path.clone()).collect();
+    let args = |prompt_tokens| RunArgs {
+        minerva: &plan.minerva,
+        model: path,
+        backend: &plan.backend,
+        prompt_tokens,
+        gen_tokens: plan.gen_tokens,
+    };
+    let mut step = 1;
     let mut runs = Vec::new();
     for r in 0..plan.runs {
-        progress(&format!("run {}/{}: cold load", r + 1, plan.runs));
+        progress(step, &format!("run {}/{}: cold load", r + 1, plan.runs));
         drop_pages(&files);
-        let (cold, cold_rss) = child(plan, path, plan.prompt_tokens[0])?;
+        let Some(cold) = child::run(&args(plan.prompt_tokens[0]), driver, &plan.stop)? else {
+            return Ok(runs);
+        };
+        step += 1;
         let mut fig = RunFigures {
-            load_cold_ms: number(&cold, "load_ms"),
+            load_cold_ms: number(&cold.json, "load_ms"),
             load_warm_ms: f64::NAN,
             ttft_ms: Vec::new(),
             prefill_tokens_per_s: Vec::new(),
             decode_tokens_per_s: f64::NAN,
-            peak_rss_bytes: cold_rss,
-            gpu_bytes: None,
+            peak_rss_bytes: cold.peak_rss_bytes,
+            gpu_allocated_bytes: None,
+            gpu_reserved_bytes: None,
+            gpu_driver_bytes: None,
+            gpu_driver_per_process: None,
         };
         let mut warm_loads = Vec::new();
         let mut decodes = Vec::new();
-        for &n in &plan.prompt_tokens {
-            progress(&format!("run {}/{}: prompt {n}", r + 1, plan.runs));
-            let (w, rss) = child(plan, path, n)?;
-            warm_loads.push(number(&w, "load_ms"));
-            decodes.push(number(&w, "decode_tokens_per_s"));
-            fig.ttft_ms.push(number(&w, "time_to_first_token_ms"));
+        for (i, &n) in plan.prompt_tokens.iter().enumerate() {
+            progress(step, &format!("run {}/{}: prompt {n}", r + 1, plan.runs));
+            let Some(w) = child::run(&args(n), driver, &plan.stop)? else {
+                return Ok(runs);
+            };
+            step += 1;
+            warm_loads.push(number(&w.json, "load_ms"));
+            decodes.push(number(&w.json, "decode_tokens_per_s"));
+            fig.ttft_ms.push(number(&w.json, "time_to_first_token_ms"));
             fig.prefill_tokens_per_s
-                .push(number(&w, "prefill_tokens_per_s"));
-            fig.peak_rss_bytes = fig.peak_rss_bytes.max(rss);
+                .push(number(&w.json, "prefill_tokens_per_s"));
+            fig.peak_rss_bytes = fig.peak_rss_bytes.max(w.peak_rss_bytes);
+            // GPU memory of the longest prompt (the lengths run in the order given), whose
+            // activations are the largest.
+            if i + 1 == plan.prompt_tokens.len() {
+                fig.gpu_allocated_bytes = w.json["gpu_allocated_bytes"].as_u64();
+                fig.gpu_reserved_bytes = w.json["gpu_reserved_bytes"].as_u64();
+            }
+            for d in [cold.driver, w.driver].into_iter().flatten() {
+                if fig.gpu_driver_bytes.is_none_or(|b| d.peak_bytes > b) {
+                    fig.gpu_driver_bytes = Some(d.peak_bytes);
+                    fig.gpu_driver_per_process = Some(d.per_process);
+                }
+            }
         }
         fig.load_warm_ms = crate::report::Stat::of(&warm_loads).map_or(f64::NAN, |s| s.median);
         fig.decode_tokens_per_s = crate::report::Stat::of(&decodes).map_or(f64::NAN, |s| s.median);
@@ -158,51 +154,51 @@ pub fn measure(
 }
 
 /// Quality of every format against the one with the most bytes per parameter (the most
-/// precise), over the first `plan.quality_tokens` tokens of the bench text.
-fn quality(plan: &Plan, ckpts: &[Checkpoint]) -> Result<(usize, Vec<Quality>), String> {
+/// precise), over the first `plan.quality_tokens` tokens of the bench text. After a stop the
+/// formats not yet compared have none.
+fn quality(
+    plan: &Plan,
+    models: &[(Checkpoint, PathBuf)],
+    progress: &mut dyn FnMut(usize),
+) -> Result<(usize, Vec<Option<Quality>>), String> {
     let precision = |c: &Checkpoint| c.weights_bytes() as f64 / c.parameters().max(1) as f64;
-    let reference = (0..ckpts.len())
-        .max_by(|&a, &b| precision(&ckpts[a]).total_cmp(&precision(&ckpts[b])))
+    let reference = (0..models.len())
+        .max_by(|&a, &b| precision(&models[a].0).total_cmp(&precision(&models[b].0)))
         .ok_or("no model to compare")?;
     let kind = plan
         .backend
         .parse::<minerva_engine::BackendKind>()
         .unwrap_or_default();
-    let mut all = Vec::new();
-    let mut ids_ref: Option<Vec<u32>> = None;
-    for i in std::iter::once(reference).chain((0..ckpts.len()).filter(|&i| i != reference)) {
-        let c = &ckpts[i];
+    let mut out = vec![None; models.len()];
+    let mut reference_run: Option<(Vec<u32>, Vec<f32>)> = None;
+    for i in std::iter::once(reference).chain((0..models.len()).filter(|&i| i != reference)) {
+        if plan.stop.requested() {
+            break;
+        }
+        progress(i);
+        let (c, path) = &models[i];
         let tokenizer = minerva_text::Tokenizer::from_checkpoint(c).map_err(|e| e.to_string())?;
         let mut ids = tokenizer
             .encode(BENCH_TEXT, false)
             .map_err(|e| e.to_string())?;
-        let loaded = minerva_engine::load(&plan.paths[i], kind).map_err(|e| e.to_string())?;
-        let mut model = loaded.model;
+        let mut model = minerva_engine::load(path, kind)
+            .map_err(|e| e.to_string())?
+            .model;
         ids.truncate(plan.quality_tokens.min(model.spec.context_length));
-        if let Some(r) = &ids_ref {
-            if *r != ids {
-                return Err(format!(
-                    "{}: tokenizes the bench text unlike the reference",
-                    c.main_path().display()
-                ));
-            }
-        }
         let logits = logits_over(&mut model, &ids, 128).map_err(|e| e.to_string())?;
-        all.push((i, logits, model.spec.vocab_size));
-        ids_ref.get_or_insert(ids);
+        let vocab = model.spec.vocab_size;
+        drop(model);
+        let (ref_ids, ref_logits) =
+            reference_run.get_or_insert_with(|| (ids.clone(), logits.clone()));
+        if *ref_ids != ids {
+            return Err(format!(
+                "{}: tokenizes the bench text unlike the reference",
+                c.main_path().display()
+            ));
+        }
+        out[i] = Some(compare(ref_logits, &logits, &ids, vocab));
     }
-    let ids = ids_ref.unwrap_or_default();
-    let (_, reference_logits, vocab) = &all[0];
-    let mut out = vec![None; ckpts.len()];
-    for (i, l, _) in &all {
-        out[*i] = Some(compare(reference_logits, l, &ids, *vocab));
-    }
-    Ok((
-        reference,
-        out.into_iter()
-            .map(|q| q.expect("every format compared"))
-            .collect(),
-    ))
+    Ok((reference, out))
 }
 
 fn machine(backend: &str) -> Machine {
@@ -227,34 +223,86 @@ fn machine(backend: &str) -> Machine {
     }
 }
 
-/// The whole comparison.
-pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, String> {
-    let ckpts: Vec<Checkpoint> = plan
-        .paths
-        .iter()
-        .map(|p| Checkpoint::open(p).map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
-    progress("quality over the bench text");
-    let (reference, qualities) = quality(plan, &ckpts)?;
+/// The whole comparison. Formats are told apart by their labels; `progress` hears of every
+/// step, and a stop ([`Plan::stop`]) returns the report of what was measured.
+pub fn run(plan: &Plan, progress: &mut dyn FnMut(Progress)) -> Result<Report, String> {
+    let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let mut models = Vec::new();
+    for p in &plan.paths {
+        let ckpt = Checkpoint::open(p).map_err(|e| e.to_string())?;
+        if selected(&label(&ckpt), &plan.formats) {
+            models.push((ckpt, p.clone()));
+        }
+    }
+    if models.is_empty() {
+        return Err(format!(
+            "no format of {} matches --formats {}",
+            plan.model,
+            plan.formats.join(",")
+        ));
+    }
+    let labels: Vec<String> = models.iter().map(|(c, _)| label(c)).collect();
+    let total = steps(plan);
+    for (format, label) in labels.iter().enumerate() {
+        progress(Progress {
+            format,
+            label,
+            done: 0,
+            total,
+            phase: "waiting",
+        });
+    }
+    let (reference, qualities) = quality(plan, &models, &mut |format| {
+        progress(Progress {
+            format,
+            label: &labels[format],
+            done: 0,
+            total,
+            phase: "quality over the bench text",
+        })
+    })?;
+    let driver = if plan.backend == "cpu" {
+        None
+    } else {
+        Driver::open()
+    };
     let mut formats = Vec::new();
-    for ((ckpt, path), q) in ckpts.iter().zip(&plan.paths).zip(qualities) {
-        let label = label(ckpt);
-        let runs = measure(plan, ckpt, path, &mut |m| {
-            progress(&format!("{label}: {m}"))
-        })?;
+    for (format, ((ckpt, path), q)) in models.iter().zip(qualities).enumerate() {
+        let label = &labels[format];
+        // After a stop, the formats not yet measured keep their quality and no runs.
+        let runs = if plan.stop.requested() {
+            Vec::new()
+        } else {
+            measure(plan, ckpt, path, driver.as_ref(), &mut |done, phase| {
+                progress(Progress {
+                    format,
+                    label,
+                    done,
+                    total,
+                    phase,
+                })
+            })?
+        };
+        progress(Progress {
+            format,
+            label,
+            done: total,
+            total,
+            phase: "done",
+        });
         formats.push(FormatResult {
             bytes_on_disk: ckpt.files.iter().map(|f| f.size).sum(),
             path: path.display().to_string(),
             summary: Summary::of(&runs, plan.prompt_tokens.len()),
             runs,
-            quality: Some(q),
-            label,
+            quality: q,
+            label: label.clone(),
         });
     }
     Ok(Report {
         schema_version: SCHEMA_VERSION,
         engine_version: env!("CARGO_PKG_VERSION").to_string(),
-        started: String::new(),
+        started,
         machine: machine(&plan.backend),
         settings: Settings {
             model: plan.model.clone(),
@@ -262,8 +310,9 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, String
             prompt_tokens: plan.prompt_tokens.clone(),
             gen_tokens: plan.gen_tokens,
             runs: plan.runs,
-            reference: formats[reference].label.clone(),
+            reference: labels[reference].clone(),
         },
         formats,
+        interrupted: plan.stop.requested(),
     })
 }

@@ -1,11 +1,18 @@
 //! The format comparison benchmark's measurements. [`quality`] compares one format's next-token
 //! distributions with a reference format's over [`BENCH_TEXT`], a text of prose, code, tables
-//! and numbers written for this project; [`report`] holds the figures of a comparison and
-//! writes them as JSON (with a JSON Schema), Markdown and CSV.
+//! and numbers written for this project; [`compare`] runs a comparison, each measurement in
+//! a fresh process ([`child`]); [`report`] holds its figures as JSON (with a JSON Schema),
+//! [`tables`] writes them as Markdown and CSV and [`html`] as a page of charts ([`svg`]).
 
+pub mod child;
 pub mod compare;
+pub mod driver_memory;
+pub mod figures;
+pub mod html;
 pub mod quality;
 pub mod report;
+pub mod svg;
+pub mod tables;
 
 /// The fixed text quality is measured on.
 pub const BENCH_TEXT: &str = include_str!("bench_text.txt");

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change a reader of the JSON would notice.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Report {
@@ -19,6 +19,8 @@ pub struct Report {
     pub machine: Machine,
     pub settings: Settings,
     pub formats: Vec<FormatResult>,
+    /// True when the user stopped the run: the figures are those measured until then.
+    pub interrupted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -66,8 +68,17 @@ pub struct RunFigures {
     pub prefill_tokens_per_s: Vec<f64>,
     pub decode_tokens_per_s: f64,
     pub peak_rss_bytes: u64,
-    /// The engine's own account of its GPU buffers (none on the CPU).
-    pub gpu_bytes: Option<u64>,
+    /// The engine's own account at the end of the longest prompt's run: bytes of its live
+    /// GPU buffers (none on the CPU).
+    pub gpu_allocated_bytes: Option<u64>,
+    /// The device memory the engine's allocator reserved for those buffers (it reserves
+    /// whole blocks), at the same moment.
+    pub gpu_reserved_bytes: Option<u64>,
+    /// The driver's figure (NVML on NVIDIA): the most the process held on the GPU.
+    pub gpu_driver_bytes: Option<u64>,
+    /// Whether `gpu_driver_bytes` is the process's own figure, or (where the driver cannot
+    /// see the process, as inside a container) the rise of the GPU's used memory during it.
+    pub gpu_driver_per_process: Option<bool>,
 }
 
 /// Median, min and max of one figure over the runs.
@@ -108,6 +119,8 @@ pub struct Summary {
     pub prefill_tokens_per_s: Vec<Option<Stat>>,
     pub decode_tokens_per_s: Option<Stat>,
     pub peak_rss_bytes: Option<Stat>,
+    pub gpu_reserved_bytes: Option<Stat>,
+    pub gpu_driver_bytes: Option<Stat>,
 }
 
 impl Summary {
@@ -133,8 +146,15 @@ impl Summary {
                 .collect(),
             decode_tokens_per_s: stat(&|r| r.decode_tokens_per_s),
             peak_rss_bytes: stat(&|r| r.peak_rss_bytes as f64),
+            gpu_reserved_bytes: stat(&|r| bytes(r.gpu_reserved_bytes)),
+            gpu_driver_bytes: stat(&|r| bytes(r.gpu_driver_bytes)),
         }
     }
+}
+
+/// An optional byte count as a figure (NaN, left out of statistics, when absent).
+fn bytes(b: Option<u64>) -> f64 {
+    b.map_or(f64::NAN, |b| b as f64)
 }
 
 /// The JSON Schema of [`Report`] as serialized (draft 2020-12).
@@ -143,87 +163,4 @@ pub fn schema() -> serde_json::Value {
         .for_serialize()
         .into_generator();
     serde_json::to_value(generator.into_root_schema_for::<Report>()).unwrap_or_default()
-}
-
-fn cell(s: Option<Stat>, digits: usize) -> String {
-    s.map_or_else(|| "–".into(), |s| format!("{:.digits$}", s.median))
-}
-
-/// One Markdown table: a row per format, medians of each figure, and quality.
-pub fn markdown(r: &Report) -> String {
-    let mut head = vec![
-        "format".to_string(),
-        "size MiB".into(),
-        "load cold ms".into(),
-        "load warm ms".into(),
-    ];
-    for n in &r.settings.prompt_tokens {
-        head.push(format!("TTFT@{n} ms"));
-        head.push(format!("prefill@{n} tok/s"));
-    }
-    head.extend(
-        [
-            "decode tok/s",
-            "peak RSS MiB",
-            "KL mean",
-            "KL max",
-            "top-1",
-            "PPL",
-        ]
-        .map(String::from),
-    );
-    let mut out = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
-    for f in &r.formats {
-        let s = &f.summary;
-        let mut row = vec![
-            f.label.clone(),
-            format!("{:.1}", f.bytes_on_disk as f64 / (1 << 20) as f64),
-            cell(s.load_cold_ms, 0),
-            cell(s.load_warm_ms, 0),
-        ];
-        for i in 0..r.settings.prompt_tokens.len() {
-            row.push(cell(s.ttft_ms.get(i).copied().flatten(), 1));
-            row.push(cell(s.prefill_tokens_per_s.get(i).copied().flatten(), 0));
-        }
-        row.push(cell(s.decode_tokens_per_s, 1));
-        row.push(s.peak_rss_bytes.map_or("–".into(), |b| {
-            format!("{:.0}", b.median / (1 << 20) as f64)
-        }));
-        match &f.quality {
-            Some(q) => row.extend([
-                format!("{:.4}", q.kl_mean),
-                format!("{:.4}", q.kl_max),
-                format!("{:.3}", q.top1_agreement),
-                format!("{:.3}", q.perplexity),
-            ]),
-            None => row.extend(["–", "–", "–", "–"].map(String::from)),
-        }
-        out.push_str(&format!("| {} |\n", row.join(" | ")));
-    }
-    out
-}
-
-/// CSV: one line per format and run, with the raw figures (the long form for spreadsheets).
-pub fn csv(r: &Report) -> String {
-    let mut out = String::from("format,run,load_cold_ms,load_warm_ms,prompt_tokens,ttft_ms,prefill_tokens_per_s,decode_tokens_per_s,peak_rss_bytes\n");
-    for f in &r.formats {
-        for (i, run) in f.runs.iter().enumerate() {
-            for (j, n) in r.settings.prompt_tokens.iter().enumerate() {
-                let get = |v: &Vec<f64>| v.get(j).map_or(String::new(), |x| x.to_string());
-                out.push_str(&format!(
-                    "\"{}\",{},{},{},{},{},{},{},{}\n",
-                    f.label.replace('"', "\"\""),
-                    i + 1,
-                    run.load_cold_ms,
-                    run.load_warm_ms,
-                    n,
-                    get(&run.ttft_ms),
-                    get(&run.prefill_tokens_per_s),
-                    run.decode_tokens_per_s,
-                    run.peak_rss_bytes
-                ));
-            }
-        }
-    }
-    out
 }

@@ -1,8 +1,10 @@
-//! The report: medians, the Markdown and CSV forms, and the committed JSON Schema, which must
-//! match the types (regenerate with MINERVA_WRITE_SCHEMA=1) and accept a real report.
+//! The report: medians, the Markdown and CSV forms, the HTML page's charts, and the committed
+//! JSON Schema, which must match the types (regenerate with MINERVA_WRITE_SCHEMA=1) and accept
+//! a real report.
 
 use minerva_bench::quality::Quality;
 use minerva_bench::report::*;
+use minerva_bench::tables::{csv, markdown};
 use std::path::Path;
 
 fn run(load: f64, decode: f64) -> RunFigures {
@@ -13,7 +15,10 @@ fn run(load: f64, decode: f64) -> RunFigures {
         prefill_tokens_per_s: vec![12_800.0, 12_800.0],
         decode_tokens_per_s: decode,
         peak_rss_bytes: 200 << 20,
-        gpu_bytes: None,
+        gpu_allocated_bytes: None,
+        gpu_reserved_bytes: None,
+        gpu_driver_bytes: None,
+        gpu_driver_per_process: None,
     }
 }
 
@@ -37,20 +42,37 @@ fn report() -> Report {
             runs: 3,
             reference: "safetensors f32".into(),
         },
-        formats: vec![FormatResult {
-            label: "gguf q4_0".into(),
-            path: "/m/q4.gguf".into(),
-            bytes_on_disk: 3 << 20,
-            summary: Summary::of(&runs, 2),
-            runs,
-            quality: Some(Quality {
-                positions: 10,
-                kl_mean: 0.01,
-                kl_max: 0.2,
-                top1_agreement: 0.9,
-                perplexity: 12.5,
-            }),
-        }],
+        formats: vec![
+            FormatResult {
+                label: "safetensors f32".into(),
+                path: "/m/f32".into(),
+                bytes_on_disk: 12 << 20,
+                summary: Summary::of(&runs[..1], 2),
+                runs: runs[..1].to_vec(),
+                quality: Some(Quality {
+                    positions: 10,
+                    kl_mean: 0.0,
+                    kl_max: 0.0,
+                    top1_agreement: 1.0,
+                    perplexity: 12.0,
+                }),
+            },
+            FormatResult {
+                label: "gguf <q4_0>".into(),
+                path: "/m/q4.gguf".into(),
+                bytes_on_disk: 3 << 20,
+                summary: Summary::of(&runs, 2),
+                runs,
+                quality: Some(Quality {
+                    positions: 10,
+                    kl_mean: 2e-6,
+                    kl_max: 0.2,
+                    top1_agreement: 0.9,
+                    perplexity: 12.5,
+                }),
+            },
+        ],
+        interrupted: false,
     }
 }
 
@@ -67,7 +89,7 @@ fn medians_and_tables() {
     assert_eq!(Stat::of(&[4.0, 1.0]).unwrap().median, 2.5);
     assert_eq!(Stat::of(&[f64::NAN]), None);
     let r = report();
-    let s = &r.formats[0].summary;
+    let s = &r.formats[1].summary;
     assert_eq!(s.load_warm_ms.unwrap().median, 100.0);
     assert_eq!(
         s.decode_tokens_per_s.unwrap(),
@@ -78,14 +100,20 @@ fn medians_and_tables() {
         }
     );
     let md = markdown(&r);
-    assert!(md.contains("| gguf q4_0 | 3.0 | 200 | 100 | 10.0 | 12800 | 40.0 | 12800 | 31.0 | 200 | 0.0100 | 0.2000 | 0.900 | 12.500 |"), "{md}");
+    // No GPU column on the CPU; a KL too small for 4 decimals in scientific notation.
+    assert!(!md.contains("GPU"), "{md}");
+    assert!(
+        md.contains("| safetensors f32 (reference) | 12.0 |"),
+        "{md}"
+    );
+    assert!(md.contains("| gguf <q4_0> | 3.0 | 200 | 100 | 10.0 | 12800 | 40.0 | 12800 | 31.0 | 200 | 2.0e-6 | 0.2000 | 0.900 | 12.50 |"), "{md}");
     let csv = csv(&r);
-    assert_eq!(csv.lines().count(), 1 + 3 * 2);
+    assert_eq!(csv.lines().count(), 1 + (1 + 3) * 2);
     assert!(
         csv.lines()
-            .nth(1)
+            .nth(3)
             .unwrap()
-            .starts_with("\"gguf q4_0\",1,200,100,128,10,12800,30,"),
+            .starts_with("\"gguf <q4_0>\",1,200,100,128,10,12800,30,"),
         "{csv}"
     );
 }
@@ -111,4 +139,28 @@ fn the_committed_schema_matches_the_types_and_describes_a_report() {
     }
     let back: Report = serde_json::from_value(value).unwrap();
     assert_eq!(back, report());
+}
+
+#[test]
+fn the_page_has_a_chart_per_figure_with_a_bar_per_format() {
+    let r = report();
+    let page = minerva_bench::html::page(&r);
+    let figures = minerva_bench::figures::figures(&r);
+    assert_eq!(page.matches("<svg ").count(), figures.len());
+    // Each chart: a bar per format, the reference's apart; labels escaped.
+    assert_eq!(page.matches("<rect class=\"bar\"").count(), figures.len());
+    assert_eq!(
+        page.matches("<rect class=\"bar reference\"").count(),
+        figures.len()
+    );
+    assert!(page.contains("gguf &lt;q4_0&gt;") && !page.contains("gguf <q4_0>"));
+    // Whiskers only where the runs differ: the reference ran once, the other three times,
+    // and only its load, warm load and decode vary.
+    assert_eq!(page.matches("class=\"whisker\"").count(), 3);
+    assert!(
+        page.contains("<title>decode (tok/s), higher is better</title>"),
+        "{page}"
+    );
+    // No scripts or outside files: the page stands alone.
+    assert!(!page.contains("<script") && !page.contains("src=") && !page.contains("href="));
 }

@@ -298,4 +298,18 @@ pub trait Backend: Send {
 
     /// Synchronizing read: rows `first .. first + n`, row-major.
     fn read_rows(&mut self, x: BufId, first: usize, n: usize) -> Result<Vec<f32>>;
+
+    /// The device memory this backend holds now, by its own account (None on the CPU, whose
+    /// memory is the process's).
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        None
+    }
+}
+
+/// Device memory by the engine's own account: what its live buffers take, and what the
+/// memory allocator has reserved from the driver for them (blocks are reserved whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceMemory {
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
 }

@@ -12,7 +12,7 @@ pub mod rope;
 pub mod sampler;
 pub mod session;
 
-pub use backend::Backend;
+pub use backend::{Backend, DeviceMemory};
 pub use cpu::CpuBackend;
 pub use devices::{Adapter, BackendChoice, BackendKind};
 pub use error::{EngineError, Result};

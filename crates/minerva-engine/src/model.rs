@@ -221,6 +221,11 @@ impl Model {
         self.backend.name()
     }
 
+    /// The device memory the backend holds now (None on the CPU).
+    pub fn device_memory(&self) -> Option<crate::DeviceMemory> {
+        self.backend.device_memory()
+    }
+
     /// A fresh KV cache for `ctx` tokens (at most the trained context length is sensible, but
     /// not enforced: RoPE scaling may allow more).
     pub fn new_cache(&mut self, ctx: usize) -> Result<KvCache> {

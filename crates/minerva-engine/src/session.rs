@@ -53,6 +53,8 @@ pub struct Stats {
     /// From the start of the turn to the first generated token.
     pub time_to_first_token_ms: f64,
     pub stop_reason: StopReason,
+    /// The backend's device memory at the end of the turn (None on the CPU).
+    pub device_memory: Option<crate::DeviceMemory>,
 }
 
 /// Turns generated ids into text as they arrive (a streaming detokenizer).
@@ -242,6 +244,7 @@ impl Session {
             },
             time_to_first_token_ms: ttft_ms,
             stop_reason,
+            device_memory: self.model.device_memory(),
         };
         emit(Event::Done {
             stats: stats.clone(),

@@ -1,16 +1,25 @@
 //! `minerva bench`: one model in several formats side by side — load, time to first token,
 //! prefill and decode speed, peak memory, and each format's drift from the most precise one —
-//! written as JSON (benches/report.schema.json), Markdown and CSV.
+//! written as JSON (benches/report.schema.json), Markdown, CSV and an HTML page of charts.
+//! A bar per format shows where it is; Ctrl-C stops and keeps what was measured.
 
-use minerva_bench::compare::{run as compare, Plan};
-use minerva_bench::report;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use minerva_bench::child::Stop;
+use minerva_bench::compare::{run as compare, Plan, Progress};
+use minerva_bench::{html, tables};
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// A catalogue id (every format of it found on disk), or the model files and folders.
     #[arg(required = true)]
     pub models: Vec<String>,
+    /// Only these formats: `gguf`, `safetensors`, `mlx`, or one quantization of a format
+    /// (`gguf:q8_0`, `mlx:4-bit`), comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub formats: Vec<String>,
     /// auto, gpu or cpu.
     #[arg(long, default_value = "auto", value_parser = ["auto", "gpu", "cpu"])]
     pub backend: String,
@@ -30,6 +39,52 @@ pub struct Args {
     pub markdown: Option<PathBuf>,
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// A self-contained page with a bar chart per figure.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+}
+
+/// One progress bar per format on a terminal; a line per phase elsewhere (logs, CI).
+struct Bars {
+    all: MultiProgress,
+    bars: Vec<ProgressBar>,
+    terminal: bool,
+}
+
+impl Bars {
+    fn new() -> Bars {
+        Bars {
+            all: MultiProgress::new(),
+            bars: Vec::new(),
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn show(&mut self, p: Progress) {
+        if !self.terminal {
+            if p.phase != "waiting" {
+                eprintln!("bench: {}: {}", p.label, p.phase);
+            }
+            return;
+        }
+        while self.bars.len() <= p.format {
+            let bar = self.all.add(ProgressBar::new(p.total as u64));
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>20} [{bar:24}] {pos}/{len} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+            self.bars.push(bar);
+        }
+        let bar = &self.bars[p.format];
+        bar.set_prefix(p.label.to_string());
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+        bar.set_message(p.phase.to_string());
+        if p.done == p.total {
+            bar.finish();
+        }
+    }
 }
 
 /// The paths behind the arguments: a catalogue id gives every file of it found on disk.
@@ -56,6 +111,10 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.prompt_tokens.is_empty() || args.runs == 0 {
         return Err("--prompt-tokens and --runs need at least one value".into());
     }
+    let stop = Arc::new(Stop::default());
+    let on_signal = stop.clone();
+    // Ctrl-C ends the running measurement; the report of what was measured is still written.
+    ctrlc::set_handler(move || on_signal.request()).map_err(|e| e.to_string())?;
     let plan = Plan {
         minerva: std::env::current_exe().map_err(|e| e.to_string())?,
         model: args.models.join(" "),
@@ -65,8 +124,15 @@ pub fn run(args: Args) -> Result<(), String> {
         gen_tokens: args.gen_tokens,
         runs: args.runs,
         quality_tokens: args.quality_tokens,
+        formats: args.formats.clone(),
+        stop: stop.clone(),
     };
-    let report = compare(&plan, &mut |m| eprintln!("bench: {m}"))?;
+    let mut bars = Bars::new();
+    let report = compare(&plan, &mut |p| bars.show(p))?;
+    drop(bars);
+    if report.interrupted {
+        eprintln!("bench: stopped; writing what was measured");
+    }
     let write = |path: &Option<PathBuf>, text: String| -> Result<(), String> {
         match path {
             Some(p) => std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display())),
@@ -77,8 +143,9 @@ pub fn run(args: Args) -> Result<(), String> {
         &args.json,
         serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?,
     )?;
-    write(&args.csv, report::csv(&report))?;
-    let md = report::markdown(&report);
+    write(&args.csv, tables::csv(&report))?;
+    write(&args.html, html::page(&report))?;
+    let md = tables::markdown(&report);
     write(&args.markdown, md.clone())?;
     println!("{md}");
     Ok(())

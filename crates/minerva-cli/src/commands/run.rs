@@ -69,6 +69,10 @@ struct Output<'a> {
     backend: String,
     /// The GPU adapter it ran on (null on the CPU).
     adapter: Option<AdapterJson<'a>>,
+    /// The engine's GPU buffers at the end, and the device memory reserved for them (null on
+    /// the CPU).
+    gpu_allocated_bytes: Option<u64>,
+    gpu_reserved_bytes: Option<u64>,
 }
 
 /// The text behind `--prompt-tokens` when no prompt is given.
@@ -152,6 +156,8 @@ pub fn run(args: Args) -> Result<(), String> {
             stop_reason: stats.stop_reason.name(),
             backend,
             adapter: adapter.as_ref().map(AdapterJson::from),
+            gpu_allocated_bytes: stats.device_memory.map(|m| m.allocated_bytes),
+            gpu_reserved_bytes: stats.device_memory.map(|m| m.reserved_bytes),
         };
         let line = serde_json::to_string(&o).map_err(|e| e.to_string())?;
         writeln!(out, "{line}").map_err(|e| e.to_string())?;

@@ -1822,6 +1822,10 @@ impl Backend for GpuBackend {
         Ok(ids.into_iter().zip(vals).collect())
     }
 
+    fn device_memory(&self) -> Option<crate::backend::DeviceMemory> {
+        self.ctx.memory()
+    }
+
     fn read_rows(&mut self, x: BufId, first: usize, n: usize) -> Result<Vec<f32>> {
         self.check_rows(x, first + n, None, "read_rows")?;
         let cols = self.buf(x)?.cols;

@@ -217,6 +217,16 @@ impl GpuContext {
         self.weight_bytes.load(Ordering::Relaxed)
     }
 
+    /// The live buffers' bytes and the blocks reserved for them, from the memory allocator
+    /// (None where the wgpu backend keeps no report).
+    pub fn memory(&self) -> Option<crate::backend::DeviceMemory> {
+        let report = self.device.generate_allocator_report()?;
+        Some(crate::backend::DeviceMemory {
+            allocated_bytes: report.total_allocated_bytes,
+            reserved_bytes: report.total_reserved_bytes,
+        })
+    }
+
     pub(crate) fn count_weight_bytes(&self, bytes: u64) {
         self.weight_bytes.fetch_add(bytes, Ordering::Relaxed);
     }

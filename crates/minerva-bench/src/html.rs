@@ -1,0 +1,100 @@
+//! The report as one self-contained HTML page: what ran where, the table of medians, and a
+//! bar chart per figure (inline SVG; no scripts, fonts or files beside it), light or dark
+//! after the reader's system.
+
+use crate::figures::{figures, number};
+use crate::report::Report;
+use crate::svg::{bar_chart, escape};
+
+const STYLE: &str = "
+:root { color-scheme: light dark; --fg: #1d2330; --muted: #5b6475; --grid: #e3e6ec;
+  --bar: #4a7bd0; --ref: #8a94a6; --whisker: #1d2330; --bg: #ffffff; }
+@media (prefers-color-scheme: dark) { :root { --fg: #e6e9ef; --muted: #9aa3b5;
+  --grid: #2c3240; --bar: #6f9be8; --ref: #6b7386; --whisker: #e6e9ef; --bg: #151922; } }
+body { font: 14px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg);
+  margin: 2rem auto; max-width: 1260px; padding: 0 1rem; }
+h1 { font-size: 1.5rem; margin-bottom: .2rem; }
+.meta { color: var(--muted); margin-top: 0; }
+table { border-collapse: collapse; margin: 1rem 0 2rem; font-variant-numeric: tabular-nums; }
+th, td { padding: .3rem .6rem; border-bottom: 1px solid var(--grid); text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+th { font-weight: 600; vertical-align: bottom; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(600px, 1fr));
+  gap: 1.5rem 2rem; }
+.chart text { fill: var(--fg); font: 12px system-ui, sans-serif; }
+.chart .title { font-weight: 600; font-size: 14px; }
+.chart .note, .chart .tick { fill: var(--muted); font-size: 11px; }
+.chart .grid { stroke: var(--grid); }
+.chart .axis { stroke: var(--muted); }
+.chart .bar { fill: var(--bar); }
+.chart .bar.reference { fill: var(--ref); }
+.chart .whisker { stroke: var(--whisker); stroke-width: 1.2; fill: none; }
+.warning { border-left: 4px solid #d08a2c; padding: .4rem .8rem; }
+";
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// The whole page.
+pub fn page(r: &Report) -> String {
+    let figs = figures(r);
+    let labels: Vec<String> = r.formats.iter().map(|f| f.label.clone()).collect();
+    let reference = labels.iter().position(|l| *l == r.settings.reference);
+    let s = &r.settings;
+    let prompts: Vec<String> = s.prompt_tokens.iter().map(usize::to_string).collect();
+    let mut out = format!(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>{model}: formats compared</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
+         <h1>{model}: formats compared</h1>\n\
+         <p class=\"meta\">{device} · {cpu}, {cores} cores, {ram} · backend {backend} · \
+         prompts of {prompts} tokens, {gen} generated · {runs} run(s) each, fresh process per \
+         run · quality against {reference} · Minerva {version} · {started}</p>\n",
+        model = escape(&s.model),
+        device = escape(&r.machine.device),
+        cpu = escape(&r.machine.cpu),
+        cores = r.machine.cores,
+        ram = gib(r.machine.ram_bytes),
+        backend = escape(&s.backend),
+        prompts = prompts.join(" and "),
+        gen = s.gen_tokens,
+        runs = s.runs,
+        reference = escape(&s.reference),
+        version = escape(&r.engine_version),
+        started = escape(&r.started),
+    );
+    if r.interrupted {
+        out.push_str(
+            "<p class=\"warning\">Stopped by the user: the figures are those measured until \
+             then.</p>\n",
+        );
+    }
+    out.push_str("<table>\n<tr><th>format</th>");
+    for f in &figs {
+        out.push_str(&format!(
+            "<th title=\"{}\">{}</th>",
+            escape(&f.title),
+            escape(&f.short)
+        ));
+    }
+    out.push_str("</tr>\n");
+    for (i, label) in labels.iter().enumerate() {
+        let mark = if Some(i) == reference {
+            " (reference)"
+        } else {
+            ""
+        };
+        out.push_str(&format!("<tr><td>{}{mark}</td>", escape(label)));
+        for f in &figs {
+            let cell = f.values[i].map_or_else(|| "–".into(), |v| number(v.median, f.digits));
+            out.push_str(&format!("<td>{cell}</td>"));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n<div class=\"charts\">\n");
+    for f in &figs {
+        out.push_str(&bar_chart(f, &labels, reference));
+    }
+    out.push_str("</div>\n</body>\n</html>\n");
+    out
+}

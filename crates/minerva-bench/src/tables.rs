@@ -1,0 +1,66 @@
+//! The report as tables: Markdown (a row per format, the median of every figure) and CSV (the
+//! long form, a line per format, run and prompt length, for spreadsheets).
+
+use crate::figures::{figures, number};
+use crate::report::Report;
+
+/// One Markdown table; the reference format is marked.
+pub fn markdown(r: &Report) -> String {
+    let figs = figures(r);
+    let mut head = vec!["format".to_string()];
+    head.extend(figs.iter().map(|f| f.short.clone()));
+    let mut out = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
+    for (i, f) in r.formats.iter().enumerate() {
+        let mut row = vec![if f.label == r.settings.reference {
+            format!("{} (reference)", f.label)
+        } else {
+            f.label.clone()
+        }];
+        row.extend(
+            figs.iter().map(|fig| {
+                fig.values[i].map_or_else(|| "–".into(), |s| number(s.median, fig.digits))
+            }),
+        );
+        out.push_str(&format!("| {} |\n", row.join(" | ")));
+    }
+    if r.interrupted {
+        out.push_str("\nStopped by the user: the figures are those measured until then.\n");
+    }
+    out
+}
+
+fn optional(v: Option<u64>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
+}
+
+/// CSV: one line per format, run and prompt length, with the raw figures.
+pub fn csv(r: &Report) -> String {
+    let mut out = String::from(
+        "format,run,load_cold_ms,load_warm_ms,prompt_tokens,ttft_ms,prefill_tokens_per_s,\
+         decode_tokens_per_s,peak_rss_bytes,gpu_allocated_bytes,gpu_reserved_bytes,\
+         gpu_driver_bytes\n",
+    );
+    for f in &r.formats {
+        for (i, run) in f.runs.iter().enumerate() {
+            for (j, n) in r.settings.prompt_tokens.iter().enumerate() {
+                let get = |v: &Vec<f64>| v.get(j).map_or(String::new(), |x| x.to_string());
+                out.push_str(&format!(
+                    "\"{}\",{},{},{},{},{},{},{},{},{},{},{}\n",
+                    f.label.replace('"', "\"\""),
+                    i + 1,
+                    run.load_cold_ms,
+                    run.load_warm_ms,
+                    n,
+                    get(&run.ttft_ms),
+                    get(&run.prefill_tokens_per_s),
+                    run.decode_tokens_per_s,
+                    run.peak_rss_bytes,
+                    optional(run.gpu_allocated_bytes),
+                    optional(run.gpu_reserved_bytes),
+                    optional(run.gpu_driver_bytes),
+                ));
+            }
+        }
+    }
+    out
+}
