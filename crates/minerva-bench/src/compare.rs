@@ -48,27 +48,57 @@ pub fn selected(label: &str, wanted: &[String]) -> bool {
             .any(|w| key == w.to_lowercase() || key.starts_with(&format!("{}:", w.to_lowercase())))
 }
 
-/// `format dtype`, the dtype that holds most of the bytes (`gguf Q4_0`, `mlx U32`→`mlx 4-bit`).
+/// `format quantization`: the quantized dtype that holds the most bytes, or the dtype holding
+/// the most where nothing is quantized (`gguf Q4_0`, `safetensors BF16`, `mlx 4-bit`,
+/// `mlx mxfp4`, `safetensors MXFP4`).
 pub fn label(ckpt: &Checkpoint) -> String {
     if ckpt.format == minerva_formats::Format::Mlx {
-        if let Some(bits) = ckpt
-            .config
-            .as_ref()
-            .and_then(|c| c["quantization"]["bits"].as_u64())
-        {
-            return format!("mlx {bits}-bit");
+        let q = ckpt.config.as_ref().map(|c| &c["quantization"]);
+        if let Some(q) = q.filter(|q| q.is_object()) {
+            if q["mode"].as_str() == Some("mxfp4") {
+                return "mlx mxfp4".into();
+            }
+            if let Some(bits) = q["bits"].as_u64() {
+                return format!("mlx {bits}-bit");
+            }
         }
     }
-    let mut bytes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut bytes: BTreeMap<(bool, String), usize> = BTreeMap::new();
     for t in ckpt.tensors() {
-        *bytes.entry(t.dtype.name()).or_default() += t.stored_bytes();
+        *bytes
+            .entry((t.dtype.is_quantized(), t.dtype.name()))
+            .or_default() += t.stored_bytes();
     }
+    // Quantized before plain, then by bytes.
     let main = bytes
         .into_iter()
-        .max_by_key(|(_, b)| *b)
-        .map(|(d, _)| d)
+        .max_by_key(|((quantized, _), b)| (*quantized, *b))
+        .map(|((_, d), _)| d)
         .unwrap_or_default();
+    // OpenAI's gpt-oss packing is MXFP4 under another layout.
+    let main = if main == "hf-mxfp4" {
+        "MXFP4".into()
+    } else {
+        main
+    };
     format!("{} {main}", ckpt.format.name())
+}
+
+/// Labels made unique: a second `gguf Q4_0` becomes `gguf Q4_0 #2`.
+fn unique(labels: Vec<String>) -> Vec<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    labels
+        .into_iter()
+        .map(|l| {
+            let n = seen.entry(l.clone()).or_default();
+            *n += 1;
+            if *n == 1 {
+                l
+            } else {
+                format!("{l} #{n}")
+            }
+        })
+        .collect()
 }
 
 fn number(v: &serde_json::Value, key: &str) -> f64 {
@@ -241,7 +271,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(Progress)) -> Result<Report, St
             plan.formats.join(",")
         ));
     }
-    let labels: Vec<String> = models.iter().map(|(c, _)| label(c)).collect();
+    let labels = unique(models.iter().map(|(c, _)| label(c)).collect());
     let total = steps(plan);
     for (format, label) in labels.iter().enumerate() {
         progress(Progress {

@@ -1,6 +1,7 @@
 //! gpt-oss as OpenAI publishes it: experts as MXFP4 `_blocks`/`_scales` ([E, 2F, hidden/32, 16],
 //! gate and up interleaved by row, even elements in low nibbles). Converted to GGUF (element j
-//! low, j+16 high; gate and up split) and MLX, the experts keep exactly the same values.
+//! low, j+16 high; gate and up split) and MLX, the experts keep exactly the same values; written
+//! back as SafeTensors mxfp4, they are that layout again.
 
 use minerva_formats::names::{self, Role, TensorId};
 use minerva_formats::quantize::encode_rows;
@@ -138,4 +139,40 @@ fn original_mxfp4_experts_keep_their_values_in_gguf_and_mlx() {
             );
         }
     }
+}
+
+#[test]
+fn safetensors_mxfp4_writes_the_original_layout_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let orig = tmp.path().join("orig");
+    std::fs::create_dir(&orig).unwrap();
+    write_original_layout(&orig);
+    let ck = Checkpoint::open(&orig).unwrap();
+    let model = model_from_checkpoint(&ck).unwrap();
+    let out = tmp.path().join("st");
+    let target = parse_target(&model, "safetensors", Some("mxfp4"), None).unwrap();
+    model.write(&target, &out, &|_| {}).unwrap();
+    let back = Checkpoint::open(&out).unwrap();
+    for layer in 0..2 {
+        for name in ["gate_up_proj", "down_proj"] {
+            let name = format!("model.layers.{layer}.mlp.experts.{name}");
+            let (a, b) = (ck.tensor(&name).unwrap(), back.tensor(&name).unwrap());
+            assert_eq!((b.dtype, &b.shape), (DType::HfMxfp4, &a.shape), "{name}");
+            assert!(dequantize(&a).unwrap() == dequantize(&b).unwrap(), "{name}");
+        }
+        let q = back
+            .tensor(&format!("model.layers.{layer}.self_attn.q_proj.weight"))
+            .unwrap();
+        assert_eq!(q.dtype, DType::BF16);
+    }
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["quantization_config"]["quant_method"], "mxfp4");
+    // Only gpt-oss has this layout.
+    let llama = Checkpoint::open(Path::new(FIXTURES).join("llama/f32")).unwrap();
+    let llama = model_from_checkpoint(&llama).unwrap();
+    let Err(err) = parse_target(&llama, "safetensors", Some("mxfp4"), None) else {
+        panic!("llama written as SafeTensors mxfp4")
+    };
+    assert!(err.contains("gpt-oss"), "{err}");
 }

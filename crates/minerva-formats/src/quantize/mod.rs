@@ -73,7 +73,19 @@ pub fn can_encode(dtype: DType) -> bool {
     use DType::*;
     matches!(
         dtype,
-        F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K | MXFP4 | MlxMxfp4
+        F32 | F16
+            | BF16
+            | Q8_0
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | MXFP4
+            | MlxMxfp4
+            | HfMxfp4
     ) || matches!(dtype, MlxAffine { bits, group } if [2, 3, 4, 5, 6, 8].contains(&bits) && [32, 64, 128].contains(&group))
 }
 
@@ -151,7 +163,8 @@ pub fn encode_rows(
                 );
             }
         }
-        DType::MlxMxfp4 => {
+        // The same bytes: E2M1 codes, even element in the low nibble, then E8M0 scales.
+        DType::MlxMxfp4 | DType::HfMxfp4 => {
             let [w, s] = bufs else {
                 return Err(wrong_buffers());
             };

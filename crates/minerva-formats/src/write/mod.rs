@@ -5,6 +5,7 @@
 pub mod atomic;
 pub mod from_checkpoint;
 pub mod gguf;
+mod gpt_oss;
 pub mod model;
 pub mod safetensors;
 pub mod stream;

@@ -208,7 +208,7 @@ fn permuted_vector<'a>(
     })
 }
 
-fn plain<'a>(src: &SharedRows<'a>) -> RowFn<'a> {
+pub(super) fn plain<'a>(src: &SharedRows<'a>) -> RowFn<'a> {
     let s = src.clone();
     Box::new(move |first, n, out| s(first, n, out))
 }
@@ -290,8 +290,15 @@ pub fn parse_target(
             "f32" => Ok(Target::Safetensors(DType::F32)),
             "f16" => Ok(Target::Safetensors(DType::F16)),
             "bf16" => Ok(Target::Safetensors(DType::BF16)),
+            // OpenAI's layout: packed experts, the rest bf16.
+            "mxfp4" if model.arch == Architecture::GptOss => {
+                Ok(Target::Safetensors(DType::HfMxfp4))
+            }
+            "mxfp4" => {
+                Err("SafeTensors mxfp4 is gpt-oss's layout; other models: f32 f16 bf16".into())
+            }
             q => Err(format!(
-                "unknown SafeTensors dtype '{q}' (one of: f32 f16 bf16)"
+                "unknown SafeTensors dtype '{q}' (one of: f32 f16 bf16, mxfp4 for gpt-oss)"
             )),
         },
         "mlx" => {
@@ -523,10 +530,16 @@ impl<'a> Model<'a> {
     }
 
     /// Hugging Face tensors: per-expert mixtral weights, gpt-oss fused and transposed experts.
+    /// `dtype` HfMxfp4 (gpt-oss as OpenAI ships it) packs the expert matrices; the rest is bf16.
     fn hf_tensors(&self, dtype: DType, path: &Path) -> Result<Vec<OutTensor<'a>>> {
         let mut out = Vec::new();
+        let dense = if dtype == DType::HfMxfp4 {
+            DType::BF16
+        } else {
+            dtype
+        };
         let keep = |t: &ModelTensor<'a>| match &t.stored {
-            Some((sd, bufs)) if *sd == dtype && !t.gguf_order => Source::Stored(bufs.clone()),
+            Some((sd, bufs)) if *sd == dense && !t.gguf_order => Source::Stored(bufs.clone()),
             _ => Source::Rows(plain(&t.rows)),
         };
         let find = |role: Role, layer: Option<usize>, bias: bool| {
@@ -540,61 +553,13 @@ impl<'a> Model<'a> {
                 let name = names::hf_name(self.arch, t.id).ok_or_else(|| {
                     FormatError::unsupported(path, format!("no Hugging Face name for {:?}", t.id))
                 })?;
-                out.push(t.out(name, dtype, keep(t)));
+                out.push(t.out(name, dense, keep(t)));
                 continue;
             }
             let layer = t.id.layer.unwrap_or(0);
             if self.arch == Architecture::GptOss {
-                let base = format!("model.layers.{layer}.mlp.experts");
-                match (t.id.role, t.id.bias) {
-                    (Role::ExpGate, false) => {
-                        let up = find(Role::ExpUp, t.id.layer, false).ok_or_else(|| {
-                            FormatError::malformed(path, "gpt-oss experts: gate without up")
-                        })?;
-                        let (e, f, hidden) = (t.shape[0], t.shape[1], t.shape[2]);
-                        let mut ot = OutTensor::new(
-                            format!("{base}.gate_up_proj"),
-                            vec![e, hidden, 2 * f],
-                            dtype,
-                            Source::Rows(fused_gate_up(t.rows.clone(), up.rows.clone(), f, hidden)),
-                        );
-                        ot.align_rows = hidden;
-                        out.push(ot);
-                    }
-                    (Role::ExpGate, true) => {
-                        let up = find(Role::ExpUp, t.id.layer, true).ok_or_else(|| {
-                            FormatError::malformed(
-                                path,
-                                "gpt-oss experts: gate bias without up bias",
-                            )
-                        })?;
-                        let (e, f) = (t.shape[0], t.shape[1]);
-                        out.push(OutTensor::new(
-                            format!("{base}.gate_up_proj_bias"),
-                            vec![e, 2 * f],
-                            dtype,
-                            Source::Rows(interleaved(t.rows.clone(), up.rows.clone(), f)),
-                        ));
-                    }
-                    (Role::ExpDown, false) => {
-                        let (e, hidden, f) = (t.shape[0], t.shape[1], t.shape[2]);
-                        let mut ot = OutTensor::new(
-                            format!("{base}.down_proj"),
-                            vec![e, f, hidden],
-                            dtype,
-                            Source::Rows(transposed(t.rows.clone(), hidden, f)),
-                        );
-                        ot.align_rows = f;
-                        out.push(ot);
-                    }
-                    (Role::ExpDown, true) => out.push(OutTensor::new(
-                        format!("{base}.down_proj_bias"),
-                        t.shape.clone(),
-                        dtype,
-                        keep(t),
-                    )),
-                    _ => {}
-                }
+                let up = |bias| find(Role::ExpUp, t.id.layer, bias);
+                out.extend(super::gpt_oss::hf_experts(t, up, dtype, layer, path)?);
             } else {
                 let (e, rows) = (t.shape[0], t.shape[1]);
                 for x in 0..e {
@@ -732,6 +697,17 @@ impl<'a> Model<'a> {
                 };
                 config["dtype"] = json!(name);
                 config["tie_word_embeddings"] = json!(self.tied());
+                if *dtype == DType::HfMxfp4 {
+                    config["quantization_config"] = json!({
+                        "quant_method": "mxfp4",
+                        "modules_to_not_convert": [
+                            "model.layers.*.self_attn",
+                            "model.layers.*.mlp.router",
+                            "model.embed_tokens",
+                            "lm_head"
+                        ]
+                    });
+                }
                 let o = AtomicOutput::dir(out)?;
                 write_safetensors(o.path(), &tensors, self.shard_bytes, "pt", false, progress)?;
                 self.write_companions(o.path(), &config)?;
@@ -759,62 +735,6 @@ impl<'a> Model<'a> {
             }
         }
     }
-}
-
-/// gpt-oss `gate_up_proj` rows (expert e, input h) from canonical gate/up [E, F, hidden]:
-/// gate in even and up in odd columns, transposed.
-fn fused_gate_up<'a>(
-    gate: SharedRows<'a>,
-    up: SharedRows<'a>,
-    f: usize,
-    hidden: usize,
-) -> RowFn<'a> {
-    Box::new(move |first, n, out| {
-        let (mut g, mut u) = (vec![0f32; f * hidden], vec![0f32; f * hidden]);
-        for e in first / hidden..(first + n) / hidden {
-            gate(e * f, f, &mut g)?;
-            up(e * f, f, &mut u)?;
-            let dst = &mut out[(e * hidden - first) * 2 * f..(e * hidden - first + hidden) * 2 * f];
-            for r in 0..f {
-                for c in 0..hidden {
-                    dst[c * 2 * f + 2 * r] = g[r * hidden + c];
-                    dst[c * 2 * f + 2 * r + 1] = u[r * hidden + c];
-                }
-            }
-        }
-        Ok(())
-    })
-}
-
-/// Rows of two [E, F] tensors interleaved element by element into [E, 2F].
-fn interleaved<'a>(a: SharedRows<'a>, b: SharedRows<'a>, f: usize) -> RowFn<'a> {
-    Box::new(move |first, n, out| {
-        let (mut x, mut y) = (vec![0f32; n * f], vec![0f32; n * f]);
-        a(first, n, &mut x)?;
-        b(first, n, &mut y)?;
-        for i in 0..n * f {
-            out[2 * i] = x[i];
-            out[2 * i + 1] = y[i];
-        }
-        Ok(())
-    })
-}
-
-/// Per expert, the transpose of a canonical [rows, cols] matrix: output rows are its columns.
-fn transposed<'a>(src: SharedRows<'a>, rows: usize, cols: usize) -> RowFn<'a> {
-    Box::new(move |first, n, out| {
-        let mut m = vec![0f32; rows * cols];
-        for e in first / cols..(first + n) / cols {
-            src(e * rows, rows, &mut m)?;
-            let dst = &mut out[(e * cols - first) * rows..(e * cols - first + cols) * rows];
-            for r in 0..rows {
-                for c in 0..cols {
-                    dst[c * rows + r] = m[r * cols + c];
-                }
-            }
-        }
-        Ok(())
-    })
 }
 
 #[cfg(test)]

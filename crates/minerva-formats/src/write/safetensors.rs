@@ -66,6 +66,14 @@ fn entries(t: &OutTensor, path: &Path) -> Result<Vec<(String, &'static str, Vec<
                 (format!("{b}.scales"), "U8", with_last(row / 32)),
             ]
         }
+        DType::HfMxfp4 => vec![
+            (
+                format!("{}_blocks", t.name),
+                "U8",
+                lead.iter().copied().chain([row / 32, 16]).collect(),
+            ),
+            (format!("{}_scales", t.name), "U8", with_last(row / 32)),
+        ],
         d => {
             let s = st_dtype(d).ok_or_else(|| {
                 FormatError::unsupported(
