@@ -107,6 +107,22 @@ fn paths(models: &[String]) -> Result<Vec<PathBuf>, String> {
     Ok(models.iter().map(PathBuf::from).collect())
 }
 
+/// The model's name in the report: the catalogue id, or the folder all the paths share
+/// (`minerva bench models/tinyllama/*` → `tinyllama`), or the paths.
+fn model_name(models: &[String]) -> String {
+    let parents: Vec<Option<&std::path::Path>> = models
+        .iter()
+        .map(|m| std::path::Path::new(m).parent())
+        .collect();
+    match (models, parents.first()) {
+        ([one], _) => one.clone(),
+        (_, Some(Some(first))) if parents.iter().all(|p| p == &Some(*first)) => first
+            .file_name()
+            .map_or_else(|| models.join(" "), |n| n.to_string_lossy().into_owned()),
+        _ => models.join(" "),
+    }
+}
+
 pub fn run(args: Args) -> Result<(), String> {
     if args.prompt_tokens.is_empty() || args.runs == 0 {
         return Err("--prompt-tokens and --runs need at least one value".into());
@@ -117,7 +133,7 @@ pub fn run(args: Args) -> Result<(), String> {
     ctrlc::set_handler(move || on_signal.request()).map_err(|e| e.to_string())?;
     let plan = Plan {
         minerva: std::env::current_exe().map_err(|e| e.to_string())?,
-        model: args.models.join(" "),
+        model: model_name(&args.models),
         paths: paths(&args.models)?,
         backend: args.backend.clone(),
         prompt_tokens: args.prompt_tokens.clone(),
