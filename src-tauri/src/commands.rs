@@ -9,16 +9,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tauri::State;
 
-type Svc<'a> = State<'a, Arc<Service>>;
-type Answer<T> = Result<T, String>;
+pub(crate) type Svc<'a> = State<'a, Arc<Service>>;
+pub(crate) type Answer<T> = Result<T, String>;
 
-fn words<E: std::fmt::Display>(e: E) -> String {
+pub(crate) fn words<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
 /// Runs service work on a blocking thread: model files are read and SQLite is written there,
 /// never on the thread that draws the window.
-async fn off_ui<T: Send + 'static>(f: impl FnOnce() -> Answer<T> + Send + 'static) -> Answer<T> {
+pub(crate) async fn off_ui<T: Send + 'static>(
+    f: impl FnOnce() -> Answer<T> + Send + 'static,
+) -> Answer<T> {
     tauri::async_runtime::spawn_blocking(f)
         .await
         .map_err(words)?
@@ -50,9 +52,11 @@ pub fn load_model(
     backend: Option<String>,
     ctx: Option<usize>,
 ) -> LoadStarted {
-    let backend = backend.unwrap_or_else(|| "auto".into());
+    // What the UI leaves open comes from the app's settings.
+    let settings = svc.store().app_settings().unwrap_or_default();
+    let backend = backend.unwrap_or(settings.adapter);
     LoadStarted {
-        load_id: svc.start_load(PathBuf::from(path), backend, ctx),
+        load_id: svc.start_load(PathBuf::from(path), backend, ctx.or(settings.default_ctx)),
     }
 }
 

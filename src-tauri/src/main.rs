@@ -2,6 +2,7 @@
 //! thin wrappers over minerva-service. Conversations live in the app data folder's SQLite file
 //! (`MINERVA_DB` names another).
 
+mod bench_commands;
 mod commands;
 
 use minerva_service::{ChatPiece, Service, ServiceEvent, Store};
@@ -59,7 +60,27 @@ fn no_display() -> bool {
         && std::env::var_os("WAYLAND_DISPLAY").is_none()
 }
 
+/// The database's path: `MINERVA_DB`, else the platform's app data folder.
+fn db_path() -> Option<std::path::PathBuf> {
+    std::env::var_os("MINERVA_DB")
+        .map(std::path::PathBuf::from)
+        .or_else(minerva_service::default_db_path)
+}
+
+/// The folder where the app keeps its data, for the settings screen.
+pub fn data_folder() -> String {
+    db_path()
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .map_or_else(|| "(in memory)".into(), |d| d.display().to_string())
+}
+
 fn main() {
+    // A benchmark measurement: this binary in a child process, no window.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(minerva_bench::measure::CHILD_ARG) {
+        std::process::exit(minerva_bench::measure::child_main(&args[1..]));
+    }
     if no_display() {
         eprintln!(
             "Minerva's window needs a display (DISPLAY or WAYLAND_DISPLAY is not set).\n\
@@ -71,9 +92,7 @@ fn main() {
         );
         std::process::exit(1);
     }
-    let db = std::env::var_os("MINERVA_DB")
-        .map(std::path::PathBuf::from)
-        .or_else(minerva_service::default_db_path);
+    let db = db_path();
     let store = match db.as_deref().map(Store::open) {
         Some(Ok(store)) => store,
         Some(Err(e)) => {
@@ -120,6 +139,19 @@ fn main() {
             commands::stop,
             commands::update_settings,
             commands::status,
+            bench_commands::bench_catalogue,
+            bench_commands::bench_formats,
+            bench_commands::start_bench,
+            bench_commands::cancel_bench,
+            bench_commands::bench_runs,
+            bench_commands::bench_run,
+            bench_commands::compare_bench_runs,
+            bench_commands::delete_bench_run,
+            bench_commands::import_bench_report,
+            bench_commands::export_bench_run,
+            bench_commands::save_png,
+            bench_commands::app_settings,
+            bench_commands::set_app_settings,
         ])
         .run(tauri::generate_context!());
     if let Err(e) = result {

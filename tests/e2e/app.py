@@ -121,7 +121,7 @@ def send(d, text):
 
 def set_number(d, label, value):
     box = d.find_element(
-        By.XPATH, f"//aside[@aria-label='Settings']//label[contains(., '{label}')]//input")
+        By.XPATH, f"//aside[@aria-label='Chat settings']//label[contains(., '{label}')]//input")
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(str(value), Keys.TAB)
 
@@ -187,7 +187,7 @@ def first_run(d, args, shot):
     # Chat: greedy replies of at most 200 tokens (the settings panel), then the reply streams
     # in and says Paris.
     chat_screen(d)
-    button(d, "Settings").click()
+    button(d, "Chat settings").click()
     set_number(d, "Temperature", 0)
     set_number(d, "Max tokens", 200)
     shot(d, "05-chat-settings")

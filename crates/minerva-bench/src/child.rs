@@ -1,8 +1,10 @@
-//! One measurement in a fresh `minerva run` process: its JSON line, its peak resident memory
-//! (from `wait4`), the driver's figure for its GPU memory, and a way to stop it when the user
+//! One measurement in a fresh bench child process ([`crate::measure`]): its JSON line, its peak
+//! resident memory (its own VmHWM), the driver's figure for its GPU memory, and a way to stop it when the user
 //! presses Ctrl-C.
 
 use crate::driver_memory::{Driver, DriverMemory};
+use crate::measure::Once;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -38,26 +40,24 @@ pub struct Outcome {
     pub driver: Option<DriverMemory>,
 }
 
-/// The `minerva run` arguments of one measurement.
-pub struct RunArgs<'a> {
-    pub minerva: &'a Path,
-    pub model: &'a Path,
-    pub backend: &'a str,
-    pub prompt_tokens: usize,
-    pub gen_tokens: usize,
-}
-
-/// Runs one child to its end. `Ok(None)` when the user stopped it.
-pub fn run(a: &RunArgs, driver: Option<&Driver>, stop: &Stop) -> Result<Option<Outcome>, String> {
+/// Runs one child to its end: `command` (a program and its first arguments, see
+/// [`crate::measure::this_binary`]) with the measurement's arguments. `Ok(None)` when the user
+/// stopped it.
+pub fn run(
+    command: &[OsString],
+    once: &Once,
+    driver: Option<&Driver>,
+    stop: &Stop,
+) -> Result<Option<Outcome>, String> {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     if stop.requested() {
         return Ok(None);
     }
-    let mut cmd = Command::new(a.minerva);
-    cmd.arg("run").arg(a.model);
-    cmd.args(["--prompt-tokens", &a.prompt_tokens.to_string()]);
-    cmd.args(["--max-tokens", &a.gen_tokens.to_string()]);
-    cmd.args(["--ignore-eos", "--json", "--backend", a.backend]);
+    let [program, first @ ..] = command else {
+        return Err("no bench child command".into());
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(first).args(once.args());
     // Its own process group: Ctrl-C in the terminal reaches only the bench, which ends the
     // child itself and keeps what was measured.
     cmd.process_group(0);
@@ -69,7 +69,7 @@ pub fn run(a: &RunArgs, driver: Option<&Driver>, stop: &Stop) -> Result<Option<O
     cmd.stderr(open(&err_file)?);
     let child = cmd
         .spawn()
-        .map_err(|e| format!("{}: {e}", a.minerva.display()))?;
+        .map_err(|e| format!("{}: {e}", Path::new(program).display()))?;
     let pid = child.id();
     stop.child.store(pid as i32, Ordering::SeqCst);
     if stop.requested() {
@@ -93,20 +93,24 @@ pub fn run(a: &RunArgs, driver: Option<&Driver>, stop: &Stop) -> Result<Option<O
     }
     if waited != pid as libc::pid_t || !std::process::ExitStatus::from_raw(status).success() {
         return Err(format!(
-            "{}: minerva run failed: {}",
-            a.model.display(),
+            "{}: the measurement failed: {}",
+            once.model.display(),
             stderr.trim()
         ));
     }
-    let json = stdout
+    let json: serde_json::Value = stdout
         .lines()
         .last()
         .and_then(|l| serde_json::from_str(l).ok())
-        .ok_or_else(|| format!("{}: minerva run printed no JSON", a.model.display()))?;
+        .ok_or_else(|| format!("{}: the measurement printed no JSON", once.model.display()))?;
+    // The child's own high-water mark; rusage's only where it gives none (ru_maxrss counts
+    // what a forked child inherited from this process, and is in KiB on Linux).
+    let peak_rss_bytes = json["peak_rss_bytes"]
+        .as_u64()
+        .unwrap_or(usage.ru_maxrss.max(0) as u64 * 1024);
     Ok(Some(Outcome {
         json,
-        // ru_maxrss is in KiB on Linux.
-        peak_rss_bytes: usage.ru_maxrss.max(0) as u64 * 1024,
+        peak_rss_bytes,
         driver,
     }))
 }

@@ -2,8 +2,9 @@
 //! then its speed and memory in fresh `minerva run` processes (the first of each run after its
 //! files' pages were dropped, so its load is cold). A stop keeps what was measured.
 
-use crate::child::{self, drop_pages, RunArgs, Stop};
+use crate::child::{self, drop_pages, Stop};
 use crate::driver_memory::Driver;
+use crate::measure::Once;
 use crate::quality::{compare, logits_over, Quality};
 use crate::report::{FormatResult, Machine, Report, RunFigures, Settings, Summary, SCHEMA_VERSION};
 use crate::BENCH_TEXT;
@@ -13,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 /// What to compare and how.
 pub struct Plan {
-    /// The `minerva` binary whose `run` measures a format.
-    pub minerva: PathBuf,
+    /// The program (and first arguments) that measures a format in a child process: a binary
+    /// that runs [`crate::measure::child_main`], see [`crate::measure::this_binary`].
+    pub child: Vec<std::ffi::OsString>,
     pub model: String,
     pub paths: Vec<PathBuf>,
     pub backend: String,
@@ -121,10 +123,9 @@ fn measure(
     progress: &mut dyn FnMut(usize, &str),
 ) -> Result<Vec<RunFigures>, String> {
     let files: Vec<PathBuf> = ckpt.files.iter().map(|f| f.path.clone()).collect();
-    let args = |prompt_tokens| RunArgs {
-        minerva: &plan.minerva,
-        model: path,
-        backend: &plan.backend,
+    let args = |prompt_tokens| Once {
+        model: path.to_path_buf(),
+        backend: plan.backend.clone(),
         prompt_tokens,
         gen_tokens: plan.gen_tokens,
     };
@@ -133,7 +134,13 @@ fn measure(
     for r in 0..plan.runs {
         progress(step, &format!("run {}/{}: cold load", r + 1, plan.runs));
         drop_pages(&files);
-        let Some(cold) = child::run(&args(plan.prompt_tokens[0]), driver, &plan.stop)? else {
+        let Some(cold) = child::run(
+            &plan.child,
+            &args(plan.prompt_tokens[0]),
+            driver,
+            &plan.stop,
+        )?
+        else {
             return Ok(runs);
         };
         step += 1;
@@ -153,7 +160,7 @@ fn measure(
         let mut decodes = Vec::new();
         for (i, &n) in plan.prompt_tokens.iter().enumerate() {
             progress(step, &format!("run {}/{}: prompt {n}", r + 1, plan.runs));
-            let Some(w) = child::run(&args(n), driver, &plan.stop)? else {
+            let Some(w) = child::run(&plan.child, &args(n), driver, &plan.stop)? else {
                 return Ok(runs);
             };
             step += 1;

@@ -2,15 +2,15 @@
 //! bar chart per figure (inline SVG; no scripts, fonts or files beside it), light or dark
 //! after the reader's system.
 
-use crate::figures::{figures, number};
+use crate::figures::figures;
 use crate::report::Report;
 use crate::svg::{bar_chart, escape};
 
 const STYLE: &str = "
 :root { color-scheme: light dark; --fg: #1d2330; --muted: #5b6475; --grid: #e3e6ec;
-  --bar: #4a7bd0; --ref: #8a94a6; --whisker: #1d2330; --bg: #ffffff; }
+  --whisker: #1d2330; --bg: #ffffff; }
 @media (prefers-color-scheme: dark) { :root { --fg: #e6e9ef; --muted: #9aa3b5;
-  --grid: #2c3240; --bar: #6f9be8; --ref: #6b7386; --whisker: #e6e9ef; --bg: #151922; } }
+  --grid: #2c3240; --whisker: #e6e9ef; --bg: #151922; } }
 body { font: 14px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg);
   margin: 2rem auto; max-width: 1260px; padding: 0 1rem; }
 h1 { font-size: 1.5rem; margin-bottom: .2rem; }
@@ -26,8 +26,9 @@ th { font-weight: 600; vertical-align: bottom; }
 .chart .note, .chart .tick { fill: var(--muted); font-size: 11px; }
 .chart .grid { stroke: var(--grid); }
 .chart .axis { stroke: var(--muted); }
-.chart .bar { fill: var(--bar); }
-.chart .bar.reference { fill: var(--ref); }
+.chart .bar.reference { opacity: .55; }
+.f0 { fill: #0072b2; } .f1 { fill: #e69f00; } .f2 { fill: #009e73; } .f3 { fill: #cc79a7; }
+.f4 { fill: #56b4e9; } .f5 { fill: #d55e00; } .f6 { fill: #b8a800; } .f7 { fill: #8a8a8a; }
 .chart .whisker { stroke: var(--whisker); stroke-width: 1.2; fill: none; }
 .warning { border-left: 4px solid #d08a2c; padding: .4rem .8rem; }
 ";
@@ -69,6 +70,14 @@ pub fn page(r: &Report) -> String {
              then.</p>\n",
         );
     }
+    let verdicts = crate::view::verdicts(r);
+    if !verdicts.is_empty() {
+        out.push_str("<ul class=\"verdicts\">\n");
+        for v in verdicts {
+            out.push_str(&format!("<li>{}</li>\n", escape(&v)));
+        }
+        out.push_str("</ul>\n");
+    }
     out.push_str("<table>\n<tr><th>format</th>");
     for f in &figs {
         out.push_str(&format!(
@@ -78,16 +87,11 @@ pub fn page(r: &Report) -> String {
         ));
     }
     out.push_str("</tr>\n");
-    for (i, label) in labels.iter().enumerate() {
-        let mark = if Some(i) == reference {
-            " (reference)"
-        } else {
-            ""
-        };
-        out.push_str(&format!("<tr><td>{}{mark}</td>", escape(label)));
-        for f in &figs {
-            let cell = f.values[i].map_or_else(|| "–".into(), |v| number(v.median, f.digits));
-            out.push_str(&format!("<td>{cell}</td>"));
+    for row in crate::view::rows(r, &figs) {
+        let mark = if row.reference { " (reference)" } else { "" };
+        out.push_str(&format!("<tr><td>{}{mark}</td>", escape(&row.label)));
+        for cell in row.cells {
+            out.push_str(&format!("<td>{}</td>", cell.unwrap_or_else(|| "–".into())));
         }
         out.push_str("</tr>\n");
     }

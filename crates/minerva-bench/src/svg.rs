@@ -1,6 +1,7 @@
 //! A bar chart of one figure as SVG, written by hand: a horizontal bar per format at its
 //! median, a whisker from min to max, the value at the end, a zero-based axis with round
-//! ticks. Colours come from CSS classes, so the page decides them (and its dark mode).
+//! ticks. Colours come from CSS classes (`f0`…`f7` per format, `reference`), so the page
+//! decides them (and its dark mode).
 
 use crate::figures::{number, Better, Figure};
 
@@ -89,10 +90,11 @@ pub fn bar_chart(fig: &Figure, labels: &[String], reference: Option<usize>) -> S
     }
     for (i, label) in labels.iter().enumerate() {
         let y = TOP + ROW_H * i as f64;
+        // A colour per format (the page's palette has eight), the reference told apart.
         let class = if Some(i) == reference {
-            "bar reference"
+            format!("bar f{} reference", i % 8)
         } else {
-            "bar"
+            format!("bar f{}", i % 8)
         };
         s.push_str(&format!(
             "<text class=\"label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",

@@ -1,7 +1,7 @@
 //! The report as tables: Markdown (a row per format, the median of every figure) and CSV (the
 //! long form, a line per format, run and prompt length, for spreadsheets).
 
-use crate::figures::{figures, number};
+use crate::figures::figures;
 use crate::report::Report;
 
 /// One Markdown table; the reference format is marked.
@@ -10,18 +10,18 @@ pub fn markdown(r: &Report) -> String {
     let mut head = vec!["format".to_string()];
     head.extend(figs.iter().map(|f| f.short.clone()));
     let mut out = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
-    for (i, f) in r.formats.iter().enumerate() {
-        let mut row = vec![if f.label == r.settings.reference {
-            format!("{} (reference)", f.label)
+    for row in crate::view::rows(r, &figs) {
+        let mut cells = vec![if row.reference {
+            format!("{} (reference)", row.label)
         } else {
-            f.label.clone()
+            row.label
         }];
-        row.extend(
-            figs.iter().map(|fig| {
-                fig.values[i].map_or_else(|| "–".into(), |s| number(s.median, fig.digits))
-            }),
+        cells.extend(
+            row.cells
+                .into_iter()
+                .map(|c| c.unwrap_or_else(|| "–".into())),
         );
-        out.push_str(&format!("| {} |\n", row.join(" | ")));
+        out.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
     if r.interrupted {
         out.push_str("\nStopped by the user: the figures are those measured until then.\n");

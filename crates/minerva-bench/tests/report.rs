@@ -147,10 +147,13 @@ fn the_page_has_a_chart_per_figure_with_a_bar_per_format() {
     let page = minerva_bench::html::page(&r);
     let figures = minerva_bench::figures::figures(&r);
     assert_eq!(page.matches("<svg ").count(), figures.len());
-    // Each chart: a bar per format, the reference's apart; labels escaped.
-    assert_eq!(page.matches("<rect class=\"bar\"").count(), figures.len());
+    // Each chart: a bar per format in its own colour, the reference's marked; labels escaped.
     assert_eq!(
-        page.matches("<rect class=\"bar reference\"").count(),
+        page.matches("<rect class=\"bar f1\"").count(),
+        figures.len()
+    );
+    assert_eq!(
+        page.matches("<rect class=\"bar f0 reference\"").count(),
         figures.len()
     );
     assert!(page.contains("gguf &lt;q4_0&gt;") && !page.contains("gguf <q4_0>"));
@@ -163,4 +166,51 @@ fn the_page_has_a_chart_per_figure_with_a_bar_per_format() {
     );
     // No scripts or outside files: the page stands alone.
     assert!(!page.contains("<script") && !page.contains("src=") && !page.contains("href="));
+}
+
+#[test]
+fn verdicts_say_how_each_format_compares_in_words() {
+    let r = report();
+    let v = minerva_bench::view::verdicts(&r);
+    // Decode 31 against the reference's 30: within 5 %, so on par; 3 MiB of 12 is 25 %.
+    assert_eq!(
+        v[0],
+        "gguf <q4_0>: decode on par with safetensors f32, 25% of its size, KL 2.0e-6 (same top token 90% of the time)."
+    );
+    assert!(
+        v.contains(&"Fastest decode: gguf <q4_0> (31.0 tokens/s).".to_string()),
+        "{v:?}"
+    );
+    assert!(
+        v.contains(&"Closest to safetensors f32: gguf <q4_0> (KL 2.0e-6).".to_string()),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn two_runs_merge_into_one_comparison() {
+    let a = report();
+    let mut b = report();
+    b.settings.prompt_tokens = vec![512, 1024];
+    let m = minerva_bench::view::merge(&a, &b);
+    let labels: Vec<&str> = m.formats.iter().map(|f| f.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "A · safetensors f32",
+            "A · gguf <q4_0>",
+            "B · safetensors f32",
+            "B · gguf <q4_0>"
+        ]
+    );
+    assert_eq!(m.settings.reference, "A · safetensors f32");
+    // Only the prompt length both ran keeps its per-length figures: a's 512 is its second,
+    // b's is its first.
+    assert_eq!(m.settings.prompt_tokens, [512]);
+    assert_eq!(m.formats[1].runs[0].ttft_ms, [40.0]);
+    assert_eq!(m.formats[3].runs[0].ttft_ms, [10.0]);
+    assert_eq!(m.formats[1].summary.ttft_ms.len(), 1);
+    let view = minerva_bench::view::view(&m);
+    assert_eq!(view.rows.len(), 4);
+    assert_eq!(view.charts.len(), view.columns.len());
 }

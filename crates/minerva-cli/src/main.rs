@@ -39,6 +39,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A measurement of `minerva bench`, in its own process (not a command people type).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(minerva_bench::measure::CHILD_ARG) {
+        return ExitCode::from(minerva_bench::measure::child_main(&args[1..]) as u8);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => commands::info::run(args),

@@ -1,4 +1,5 @@
-//! What the service tells front ends as it happens: load progress, and the pieces of a reply.
+//! What the service tells front ends as it happens: load progress, the pieces of a reply, and
+//! a benchmark run's progress and end.
 //! The app emits each as a Tauri event named by [`ServiceEvent::name`], the server as SSE, the
 //! command line prints them.
 
@@ -58,6 +59,24 @@ pub enum ServiceEvent {
         cancelled: bool,
     },
     Chat(ChatEvent),
+    /// A benchmark run: format `format` is at step `done` of `total`, doing `phase`.
+    BenchProgress {
+        job: u64,
+        format: usize,
+        label: String,
+        done: usize,
+        total: usize,
+        phase: String,
+    },
+    /// The run ended (completely, or cancelled with what was measured) and was stored.
+    BenchDone {
+        job: u64,
+        run: crate::bench_runs::BenchRunSummary,
+    },
+    BenchError {
+        job: u64,
+        message: String,
+    },
 }
 
 impl ServiceEvent {
@@ -68,6 +87,9 @@ impl ServiceEvent {
             ServiceEvent::LoadDone { .. } => "load-done",
             ServiceEvent::LoadError { .. } => "load-error",
             ServiceEvent::Chat(_) => "chat",
+            ServiceEvent::BenchProgress { .. } => "bench-progress",
+            ServiceEvent::BenchDone { .. } => "bench-done",
+            ServiceEvent::BenchError { .. } => "bench-error",
         }
     }
 }

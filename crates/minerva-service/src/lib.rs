@@ -3,6 +3,9 @@
 //! messages, stats and settings live in SQLite. Front ends call [`Service`] and receive
 //! [`ServiceEvent`]s through the sink they gave it; none of them touches the engine.
 
+pub mod app_settings;
+pub mod bench;
+pub mod bench_runs;
 pub mod card;
 pub mod catalogue;
 pub mod chat;
@@ -13,6 +16,9 @@ pub mod models;
 pub mod settings;
 pub mod store;
 
+pub use app_settings::AppSettings;
+pub use bench::{BenchFormat, BenchRequest};
+pub use bench_runs::BenchRunSummary;
 pub use card::{card, ModelCard};
 pub use error::{Result, ServiceError};
 pub use events::{ChatEvent, ChatPiece, ServiceEvent, Sink};
@@ -53,7 +59,7 @@ pub fn user_catalogue_path() -> Option<PathBuf> {
         .or_else(|| dirs::config_dir().map(|d| d.join("dev.minerva.app").join("models.toml")))
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -66,6 +72,7 @@ pub struct Service {
     models: Mutex<Vec<Arc<LoadedModel>>>,
     /// Cancel flags of replies in progress, by conversation, with the model writing each.
     turns: Mutex<HashMap<i64, (u64, Arc<AtomicBool>)>>,
+    bench: bench::Runner,
 }
 
 impl Service {
@@ -77,6 +84,7 @@ impl Service {
             loads: Mutex::new(HashMap::new()),
             models: Mutex::new(Vec::new()),
             turns: Mutex::new(HashMap::new()),
+            bench: bench::Runner::default(),
         })
     }
 
@@ -121,7 +129,12 @@ impl Service {
     /// those in other tools' folders.
     pub fn found_models(&self) -> Vec<library::FoundModel> {
         let home = dirs::home_dir();
-        let mut found = library::found_models(&self.store, home.as_deref());
+        let folders: Vec<PathBuf> = self
+            .store
+            .app_settings()
+            .map(|s| s.model_folders.iter().map(PathBuf::from).collect())
+            .unwrap_or_default();
+        let mut found = library::found_models(&self.store, home.as_deref(), &folders);
         let catalogue = self.catalogue().found(home.as_deref());
         // A catalogue model is listed as such, wherever else it was also found.
         found.retain(|f| f.source == "recent" || !catalogue.iter().any(|c| c.path == f.path));

@@ -14,7 +14,7 @@ pub struct FoundModel {
     /// gguf, safetensors or mlx.
     pub format: String,
     pub bytes: u64,
-    /// recent, lmstudio, hf-cache, llamacpp, jan or ollama.
+    /// recent, lmstudio, hf-cache, llamacpp, jan, ollama, or folder (one the user named).
     pub source: &'static str,
 }
 
@@ -44,8 +44,8 @@ pub(crate) fn size_of(path: &Path) -> u64 {
 }
 
 /// The recent models (most recent first, those still on disk), then every model found in the
-/// usual places under `home`.
-pub fn found_models(store: &Store, home: Option<&Path>) -> Vec<FoundModel> {
+/// usual places under `home` and in the user's own `folders`.
+pub fn found_models(store: &Store, home: Option<&Path>, folders: &[PathBuf]) -> Vec<FoundModel> {
     // Format and size were recorded when the model was opened.
     let mut found: Vec<FoundModel> = store
         .recent_models(20)
@@ -61,17 +61,20 @@ pub fn found_models(store: &Store, home: Option<&Path>) -> Vec<FoundModel> {
             path: p,
         })
         .collect();
-    let Some(home) = home else { return found };
-    let ollama = std::env::var_os("OLLAMA_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home.join(".ollama/models"));
-    for m in ollama_models(&ollama) {
-        if !found.iter().any(|f| f.path == m.path) {
-            found.push(m);
+    let mut places: Vec<(PathBuf, &'static str)> = Vec::new();
+    if let Some(home) = home {
+        let ollama = std::env::var_os("OLLAMA_MODELS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(".ollama/models"));
+        for m in ollama_models(&ollama) {
+            if !found.iter().any(|f| f.path == m.path) {
+                found.push(m);
+            }
         }
+        places.extend(PLACES.iter().map(|(p, source)| (home.join(p), *source)));
     }
-    for (place, source) in PLACES {
-        let dir = home.join(place);
+    places.extend(folders.iter().map(|f| (f.clone(), "folder")));
+    for (dir, source) in places {
         if !dir.is_dir() {
             continue;
         }

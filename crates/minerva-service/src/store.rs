@@ -41,6 +41,17 @@ pub const MIGRATIONS: &[&str] = &[
     "ALTER TABLE messages ADD COLUMN reasoning TEXT;
     ALTER TABLE messages ADD COLUMN stats TEXT;
     ALTER TABLE messages ADD COLUMN settings TEXT;",
+    // 3: benchmark runs with their JSON report (made here or imported), and the app's settings.
+    "CREATE TABLE bench_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_at INTEGER NOT NULL,
+        imported INTEGER NOT NULL,
+        report TEXT NOT NULL
+    );
+    CREATE TABLE app_settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );",
 ];
 
 /// How a reply went, as stored and shown under it.
@@ -119,17 +130,17 @@ pub struct Store {
     conn: Mutex<Connection>,
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-fn db_err(e: rusqlite::Error) -> ServiceError {
+pub(crate) fn db_err(e: rusqlite::Error) -> ServiceError {
     ServiceError::Database(e.to_string())
 }
 
-fn json_err(e: serde_json::Error) -> ServiceError {
+pub(crate) fn json_err(e: serde_json::Error) -> ServiceError {
     ServiceError::Database(format!("stored JSON: {e}"))
 }
 
@@ -163,7 +174,7 @@ impl Store {
         })
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+    pub(crate) fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -126,7 +126,7 @@ fn models_in_other_tools_folders_are_found() {
     std::fs::create_dir_all(&lms).unwrap();
     std::fs::copy(tiny_model(), lms.join("tiny-Q4_0.gguf")).unwrap();
     svc.open(&fixture("qwen3/f32"), "cpu", None).unwrap();
-    let found = minerva_service::library::found_models(svc.store(), Some(home.path()));
+    let found = minerva_service::library::found_models(svc.store(), Some(home.path()), &[]);
     assert_eq!(found.len(), 2, "{found:?}");
     assert_eq!(found[0].source, "recent");
     assert_eq!(found[0].format, "safetensors");
@@ -159,7 +159,7 @@ fn ollama_blobs_are_found_by_their_manifests_and_open_as_gguf() {
     .unwrap();
     let blob = models.join(format!("blobs/sha256-{hex}"));
     std::fs::copy(tiny_model(), &blob).unwrap();
-    let found = minerva_service::library::found_models(svc.store(), Some(home.path()));
+    let found = minerva_service::library::found_models(svc.store(), Some(home.path()), &[]);
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(
         (

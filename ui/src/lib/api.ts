@@ -1,5 +1,6 @@
 // TypeScript mirrors of the Rust service's JSON (snake_case, as serde writes it): models,
-// conversations, messages, stats, settings, and the payloads of its commands and events.
+// conversations, messages, stats, settings, benchmarks, the app's settings, and the payloads of
+// its commands and events.
 
 /** Ids as the service sends them (SQLite rowids or strings: compared with ===, never parsed). */
 export type Id = number | string;
@@ -145,12 +146,127 @@ export interface ChatEvent {
   message?: string;
 }
 
+// ---- benchmarks (one model's formats side by side) -----------------------------------------
+
+/** A catalogue model (models.toml) with the files of it found on disk. */
+export interface CatalogueModel {
+  id: string;
+  name: string;
+  files: string[];
+}
+
+/** One format of a model to benchmark, as `bench_formats` reads it from the paths given. */
+export interface BenchFormat {
+  path: string;
+  /** Names the format and its quantization, e.g. "gguf Q8_0", "mlx 4bit". */
+  label: string;
+  format: ModelFormat;
+  bytes: number;
+}
+
+export type BenchBackend = 'auto' | 'gpu' | 'cpu';
+
+/** What `start_bench` runs (its fields stay snake_case inside the `request` argument). */
+export interface BenchRequest {
+  model: string;
+  paths: string[];
+  backend: BenchBackend;
+  prompt_tokens: number[];
+  gen_tokens: number;
+  runs: number;
+  quality_tokens: number;
+}
+
+export interface BenchRunSummary {
+  id: number;
+  /** Unix milliseconds. */
+  created_at: number;
+  model: string;
+  backend: string;
+  device: string;
+  /** The formats' labels. */
+  formats: string[];
+  /** Cancelled before the end: the figures are what was measured until then. */
+  interrupted: boolean;
+  /** Came from a report file (`import_bench_report`), not a run on this machine. */
+  imported: boolean;
+}
+
+/** One figure: a column of the table, and a chart. */
+export interface BenchColumn {
+  title: string;
+  short: string;
+  unit: string;
+  better: 'higher' | 'lower';
+}
+
+export interface BenchRow {
+  label: string;
+  /** The format the quality figures are measured against. */
+  reference: boolean;
+  /** Formatted already, one per column; null = not measured. */
+  cells: (string | null)[];
+}
+
+/** A run (or two compared) as the screen shows it: the Rust side did the sums and the words. */
+export interface BenchView {
+  summary: BenchRunSummary;
+  /** The raw JSON report, as written to disk. */
+  report: unknown;
+  columns: BenchColumn[];
+  rows: BenchRow[];
+  /** SVG markup, one chart per column, in the columns' order. */
+  charts: string[];
+  /** Plain-words conclusions, one per line. */
+  verdicts: string[];
+}
+
+export type BenchExportFormat = 'json' | 'csv' | 'markdown' | 'html';
+
+export interface BenchProgressEvent {
+  job: number;
+  /** Index of the format in the request's paths. */
+  format: number;
+  label: string;
+  done: number;
+  total: number;
+  phase: string;
+}
+/** Ends every run, a cancelled one too (its summary says `interrupted`). */
+export interface BenchDoneEvent {
+  job: number;
+  run: BenchRunSummary;
+}
+export interface BenchErrorEvent {
+  job: number;
+  message: string;
+}
+
+// ---- the app's settings ---------------------------------------------------------------------
+
+export type Theme = 'system' | 'light' | 'dark';
+
+export interface AppSettings {
+  /** "auto" | "cpu" | an adapter name */
+  adapter: string;
+  /** Context length for new loads; null = the model's default. */
+  default_ctx: number | null;
+  /** Folders scanned for models, besides the known apps' folders. */
+  model_folders: string[];
+  /** Where the database and reports live (read-only here; MINERVA_DB overrides it). */
+  data_folder: string;
+  theme: Theme;
+}
+
 /** Event names → payloads, so `listen` can be typed by name. */
 export interface EventMap {
   'load-progress': LoadProgressEvent;
   'load-done': LoadDoneEvent;
   'load-error': LoadErrorEvent;
   chat: ChatEvent;
+  'bench-progress': BenchProgressEvent;
+  'bench-done': BenchDoneEvent;
+  'bench-error': BenchErrorEvent;
 }
 
 export const DEFAULT_SETTINGS: Settings = {

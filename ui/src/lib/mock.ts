@@ -1,9 +1,12 @@
 // An in-memory fake of the Minerva service behind the Transport interface: models to find,
-// open and load (with progress), conversations and messages, and replies streamed token by token
-// with setTimeout. Used by the tests and by `npm run dev` in a plain browser.
+// open and load (with progress), conversations and messages, replies streamed token by token
+// with setTimeout, the app's settings, and benchmarks (mock-bench.ts). Used by the tests and by
+// `npm run dev` in a plain browser.
 import type { Transport } from './transport';
+import { createBenchMock } from './mock-bench';
 import {
   DEFAULT_SETTINGS,
+  type AppSettings,
   type ChatEvent,
   type Conversation,
   type FoundModel,
@@ -28,6 +31,8 @@ export interface MockOptions {
   replies?: string[];
   /** The reasoning shown before each answer ('' for none). */
   reasoning?: string;
+  /** Milliseconds between two bench-progress events. */
+  benchTickMs?: number;
 }
 
 export const CANNED_REASONING =
@@ -127,6 +132,7 @@ export function createMockTransport(options: MockOptions = {}): Transport {
   const loadTickMs = options.loadTickMs ?? 60;
   const replies = options.replies ?? CANNED_REPLIES;
   const reasoning = options.reasoning ?? CANNED_REASONING;
+  const benchTickMs = options.benchTickMs ?? 120;
 
   const handlers = new Map<string, Set<(payload: unknown) => void>>();
   const emit = (event: string, payload: unknown) => {
@@ -142,6 +148,13 @@ export function createMockTransport(options: MockOptions = {}): Transport {
   const loads = new Map<Id, ReturnType<typeof setInterval>>();
   const generations = new Map<Id, Generation>();
   let replyTurn = 0;
+  let appSettings: AppSettings = {
+    adapter: 'auto',
+    default_ctx: null,
+    model_folders: ['/home/me/models'],
+    data_folder: '/home/me/.local/share/minerva',
+    theme: 'system',
+  };
 
   const conversation = (cid: Id) => {
     const c = conversations.find((x) => x.id === cid);
@@ -397,6 +410,17 @@ export function createMockTransport(options: MockOptions = {}): Transport {
       model: loaded[0] ?? null,
       memory_used_bytes: loaded.length ? card(loaded[0].path).memory.weights_bytes : null,
     }),
+    app_settings: () => ({ ...appSettings, model_folders: appSettings.model_folders.slice() }),
+    set_app_settings: ({ settings }) => {
+      const s = settings as AppSettings;
+      if (s.default_ctx != null && !(Number.isInteger(s.default_ctx) && s.default_ctx >= 256)) {
+        throw 'The default context length must be a whole number of at least 256 tokens.';
+      }
+      // The data folder is the service's to say (MINERVA_DB): what the UI sends is ignored.
+      appSettings = { ...s, model_folders: [...new Set(s.model_folders)], data_folder: appSettings.data_folder };
+      return { ...appSettings, model_folders: appSettings.model_folders.slice() };
+    },
+    ...createBenchMock(emit, benchTickMs),
   };
 
   return {

@@ -1,10 +1,10 @@
 // The one door between the UI and the service: the Transport interface, its Tauri
-// implementation, the in-memory mock (re-exported from mock.ts), and the two platform helpers
-// the UI needs besides commands and events: dropped paths and the file/folder picker.
+// implementation, the in-memory mock (re-exported from mock.ts), and the platform helpers the
+// UI needs besides commands and events: dropped paths, the open pickers and the save picker.
 import { invoke as tauriInvoke } from '@tauri-apps/api/core';
 import { listen as tauriListen } from '@tauri-apps/api/event';
 import { getCurrentWebview } from '@tauri-apps/api/webview';
-import { open as tauriOpen } from '@tauri-apps/plugin-dialog';
+import { open as tauriOpen, save as tauriSave } from '@tauri-apps/plugin-dialog';
 import { mockTransport } from './mock';
 
 export { mockTransport, createMockTransport } from './mock';
@@ -69,6 +69,52 @@ export async function pickPath(directory: boolean): Promise<string | null> {
     return typeof picked === 'string' ? picked : null;
   }
   const typed = window.prompt(directory ? 'Path of a model folder' : 'Path of a model file');
+  return typed && typed.trim() ? typed.trim() : null;
+}
+
+/** A file type offered by the pickers: "JSON" → ["json"]. */
+export interface FileFilter {
+  name: string;
+  extensions: string[];
+}
+
+export interface PickOptions {
+  title: string;
+  directory?: boolean;
+  multiple?: boolean;
+  filters?: FileFilter[];
+}
+
+/**
+ * Asks the user for one or several files or folders; [] when cancelled. In a plain browser a
+ * prompt takes the path (several separated by ";", when `multiple`).
+ */
+export async function pickPaths(opts: PickOptions): Promise<string[]> {
+  if (isTauri()) {
+    const picked = await tauriOpen({
+      directory: opts.directory ?? false,
+      multiple: opts.multiple ?? false,
+      title: opts.title,
+      filters: opts.directory ? undefined : opts.filters,
+    });
+    if (picked == null) return [];
+    return Array.isArray(picked) ? picked : [picked];
+  }
+  const typed = window.prompt(opts.multiple ? `${opts.title} (separate several with ;)` : opts.title);
+  if (!typed) return [];
+  const parts = opts.multiple ? typed.split(';') : [typed];
+  return parts.map((p) => p.trim()).filter(Boolean);
+}
+
+/**
+ * Asks where to save a file, offering `defaultName`; null when cancelled. Tauri's save dialog in
+ * the app; a prompt for a path in a plain browser.
+ */
+export async function pickSavePath(defaultName: string, filters: FileFilter[] = []): Promise<string | null> {
+  if (isTauri()) {
+    return tauriSave({ title: 'Save as', defaultPath: defaultName, filters: filters.length ? filters : undefined });
+  }
+  const typed = window.prompt('Save as (a path)', defaultName);
   return typed && typed.trim() ? typed.trim() : null;
 }
 

@@ -1,6 +1,6 @@
 // The whole window against the mock service: open a model (picker), see its card, load it with
 // a progress bar, land in a chat; a file that is not a model gives a plain-words error and the
-// app stays usable; one-click Load from a list.
+// app stays usable; one-click Load from a list; the Benchmark and Settings tabs (Ctrl+3, Ctrl+4).
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { render, screen, waitFor } from '@testing-library/svelte';
 import userEvent from '@testing-library/user-event';
@@ -56,5 +56,20 @@ describe('App with the mock service', () => {
     expect(await screen.findByText(/Cancelled loading/)).toBeTruthy();
     await new Promise((r) => setTimeout(r, 150));
     expect(screen.getByLabelText('Status').textContent).toContain('No model loaded');
+  });
+
+  it('switches to Benchmark with Ctrl+3 and Settings with Ctrl+4; a theme picked there applies', async () => {
+    const { user } = setup();
+    await user.keyboard('{Control>}3{/Control}');
+    expect(await screen.findByRole('heading', { name: 'Benchmark' })).toBeTruthy();
+    expect(screen.getByRole('button', { name: 'Benchmark' }).getAttribute('aria-current')).toBe('page');
+    expect(await screen.findByRole('complementary', { name: 'Past runs' })).toBeTruthy();
+    await user.keyboard('{Control>}4{/Control}');
+    await user.click(await screen.findByRole('radio', { name: 'Light' }));
+    expect(document.documentElement.dataset.theme).toBe('light');
+    await user.click(screen.getByRole('radio', { name: 'Like the system' }));
+    expect(document.documentElement.hasAttribute('data-theme')).toBe(false);
+    await user.click(screen.getByRole('button', { name: 'Models' }));
+    expect(screen.getByRole('button', { name: 'Open file…' })).toBeTruthy();
   });
 });

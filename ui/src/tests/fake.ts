@@ -1,5 +1,6 @@
 // A scriptable Transport for unit tests: each command answers from a handler the test gives,
-// every call is recorded, and the test emits events by hand.
+// every call is recorded, and the test emits events by hand. Also a recorder around another
+// transport (the mock service), to see what a screen sent.
 import type { Transport } from '../lib/transport';
 
 export type Handler = (args: any) => unknown;
@@ -32,6 +33,19 @@ export function fakeTransport(handlers: Record<string, Handler> = {}) {
       return calls.filter((c) => c.command === command);
     },
   };
+}
+
+/** Passes everything to `inner` (the mock service, say) and records the commands sent. */
+export function recordingTransport(inner: Transport) {
+  const calls: { command: string; args: any }[] = [];
+  const transport: Transport = {
+    invoke<T>(command: string, args?: object): Promise<T> {
+      calls.push({ command, args: args ?? {} });
+      return inner.invoke<T>(command, args);
+    },
+    listen: (event, handler) => inner.listen(event, handler),
+  };
+  return { transport, calls, called: (command: string) => calls.filter((c) => c.command === command) };
 }
 
 /** Lets pending promise callbacks run. */

@@ -132,7 +132,7 @@ pub fn run(args: Args) -> Result<(), String> {
     // Ctrl-C ends the running measurement; the report of what was measured is still written.
     ctrlc::set_handler(move || on_signal.request()).map_err(|e| e.to_string())?;
     let plan = Plan {
-        minerva: std::env::current_exe().map_err(|e| e.to_string())?,
+        child: minerva_bench::measure::this_binary()?,
         model: model_name(&args.models),
         paths: paths(&args.models)?,
         backend: args.backend.clone(),
