@@ -1,5 +1,6 @@
-//! The real app end to end (tests/e2e/app.py): under a virtual display, through tauri-driver
-//! and WebKitWebDriver, with SmolLM2. Screenshots land in target/e2e-screenshots. Outside CI a
+//! The real app end to end (tests/e2e/app.py, then tests/e2e/bench.py for the benchmark and
+//! settings screens): under a virtual display, through tauri-driver and WebKitWebDriver, with
+//! SmolLM2 and the fixture models. One test runs both: they share tauri-driver's port. Screenshots land in target/e2e-screenshots. Outside CI a
 //! machine without the tools or the model skips loudly; under CI that is a failure.
 
 use std::path::{Path, PathBuf};
@@ -43,15 +44,7 @@ fn the_app_loads_a_model_and_chats_like_a_person_uses_it() {
         return;
     }
     let out = PathBuf::from(ROOT).join("target/e2e-screenshots");
-    let o = Command::new("xvfb-run")
-        .args([
-            "-a",
-            "-s",
-            "-screen 0 1280x800x24",
-            "dbus-run-session",
-            "--",
-            "python3",
-        ])
+    let o = under_display()
         .arg(Path::new(ROOT).join("tests/e2e/app.py"))
         .arg("--app")
         .arg(env!("CARGO_BIN_EXE_minerva-app"))
@@ -74,6 +67,52 @@ fn the_app_loads_a_model_and_chats_like_a_person_uses_it() {
         "10-models-catalogue",
         "11-chat-reasoning",
         "12-models-after-close-during-load",
+    ] {
+        assert!(out.join(format!("{shot}.png")).is_file(), "{shot}.png");
+    }
+    bench_screens(&out);
+}
+
+/// python3 under a virtual display and a D-Bus session.
+fn under_display() -> Command {
+    let mut c = Command::new("xvfb-run");
+    c.args([
+        "-a",
+        "-s",
+        "-screen 0 1280x800x24",
+        "dbus-run-session",
+        "--",
+        "python3",
+    ]);
+    c
+}
+
+/// The benchmark dashboard and the settings screen (after the chat's run, never beside it).
+fn bench_screens(out: &Path) {
+    let report = Path::new(ROOT).join("tests/fixtures/reports/tinyllama-1.1b-h100.json");
+    let o = under_display()
+        .arg(Path::new(ROOT).join("tests/e2e/bench.py"))
+        .arg("--app")
+        .arg(env!("CARGO_BIN_EXE_minerva-app"))
+        .arg("--report")
+        .arg(&report)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    eprintln!("{stdout}");
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    for shot in [
+        "13-settings",
+        "14-bench-progress",
+        "15-bench-results",
+        "16-bench-cancelled",
+        "17-bench-imported",
+        "18-bench-history-open",
+        "19-bench-compare",
+        "20-settings-cpu",
     ] {
         assert!(out.join(format!("{shot}.png")).is_file(), "{shot}.png");
     }

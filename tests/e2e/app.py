@@ -72,6 +72,10 @@ class Shots:
 
     def __call__(self, d, name):
         path = os.path.join(self.out, name + ".png")
+        # Two animation frames: what the last change drew is on screen before the picture.
+        d.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "requestAnimationFrame(() => requestAnimationFrame(() => done()));")
         d.save_screenshot(path)
         self.names.append(path)
 

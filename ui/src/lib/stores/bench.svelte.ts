@@ -204,7 +204,11 @@ export class BenchStore {
 
   /** Adds files (several at once where the picker allows) to the formats of the run. */
   async addFiles(): Promise<void> {
-    const picked = await pickPaths({ title: 'Add model files to benchmark', multiple: true, filters: MODEL_FILES });
+    await this.addPaths(await pickPaths({ title: 'Add model files to benchmark', multiple: true, filters: MODEL_FILES }));
+  }
+
+  /** Adds model files or folders (picked, or dropped on the screen) to the formats of the run. */
+  async addPaths(picked: string[]): Promise<void> {
     const fresh = picked.filter((p) => !this.paths.includes(p));
     if (!fresh.length) return;
     const paths = [...this.paths, ...fresh];
@@ -347,17 +351,24 @@ export class BenchStore {
     }
   }
 
-  /** Imports a report file (minerva bench's JSON); the run is listed and opened. */
+  /** Imports a report file (minerva bench's JSON) the user picks. */
   async importReport(): Promise<void> {
-    const [path] = await pickPaths({ title: 'Import a benchmark report', filters: [{ name: 'JSON', extensions: ['json'] }] });
-    if (!path) return;
-    try {
-      const run = await this.#t.invoke<BenchRunSummary>('import_bench_report', { path });
-      await this.refreshHistory();
-      if (!this.history.some((r) => r.id === run.id)) this.history = [run, ...this.history];
-      await this.open(run.id);
-    } catch (err) {
-      this.error = errorText(err);
+    const picked = await pickPaths({ title: 'Import a benchmark report', filters: [{ name: 'JSON', extensions: ['json'] }] });
+    await this.importFrom(picked);
+  }
+
+  /** Imports report files (picked, or dropped on the screen); the last one imported opens. */
+  async importFrom(paths: string[]): Promise<void> {
+    for (const path of paths) {
+      try {
+        const run = await this.#t.invoke<BenchRunSummary>('import_bench_report', { path });
+        await this.refreshHistory();
+        if (!this.history.some((r) => r.id === run.id)) this.history = [run, ...this.history];
+        await this.open(run.id);
+      } catch (err) {
+        this.error = errorText(err);
+        return;
+      }
     }
   }
 
