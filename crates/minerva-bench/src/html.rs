@@ -15,6 +15,7 @@ body { font: 14px/1.45 system-ui, sans-serif; color: var(--fg); background: var(
   margin: 2rem auto; max-width: 1260px; padding: 0 1rem; }
 h1 { font-size: 1.5rem; margin-bottom: .2rem; }
 .meta { color: var(--muted); margin-top: 0; }
+.wide { overflow-x: auto; }
 table { border-collapse: collapse; margin: 1rem 0 2rem; font-variant-numeric: tabular-nums; }
 th, td { padding: .3rem .6rem; border-bottom: 1px solid var(--grid); text-align: right; }
 th:first-child, td:first-child { text-align: left; }
@@ -78,7 +79,7 @@ pub fn page(r: &Report) -> String {
         }
         out.push_str("</ul>\n");
     }
-    out.push_str("<table>\n<tr><th>format</th>");
+    out.push_str("<div class=\"wide\"><table>\n<tr><th>format</th>");
     for f in &figs {
         out.push_str(&format!(
             "<th title=\"{}\">{}</th>",
@@ -95,7 +96,7 @@ pub fn page(r: &Report) -> String {
         }
         out.push_str("</tr>\n");
     }
-    out.push_str("</table>\n<div class=\"charts\">\n");
+    out.push_str("</table></div>\n<div class=\"charts\">\n");
     for f in &figs {
         out.push_str(&bar_chart(f, &labels, reference));
     }
