@@ -179,6 +179,7 @@ fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> GpuResult<wgpu
         view.slice(..bytes.len()).copy_from_slice(bytes);
     }
     buf.unmap();
+    ctx.note_staged(size as u64)?;
     Ok(buf)
 }
 
