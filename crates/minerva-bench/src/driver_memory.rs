@@ -43,6 +43,16 @@ impl Driver {
         })
     }
 
+    /// Each device's name and total memory, as the driver reports them.
+    pub fn devices(&self) -> Vec<(String, u64)> {
+        (0..self.nvml.device_count().unwrap_or(0))
+            .filter_map(|i| {
+                let d = self.nvml.device_by_index(i).ok()?;
+                Some((d.name().ok()?, d.memory_info().ok()?.total))
+            })
+            .collect()
+    }
+
     /// Starts sampling the memory of process `pid`.
     pub fn watch(&self, pid: u32) -> Watch {
         let baseline = used_by_devices(&self.nvml);

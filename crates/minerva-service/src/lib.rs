@@ -37,9 +37,11 @@ use std::time::{Duration, Instant};
 pub struct AdapterView {
     /// What to pass as a backend to load on it.
     pub name: String,
-    /// `name (API, driver …)`.
+    /// `name (API, driver …)`, and its memory where the driver tells it.
     pub description: String,
     pub software: bool,
+    /// The card's memory, where its driver tells it (NVML on NVIDIA).
+    pub memory_bytes: Option<u64>,
 }
 
 /// Progress is sent at most this often during a load.
@@ -115,12 +117,23 @@ impl Service {
     /// The GPU adapters a model can be loaded on by name, best first (software ones last, as
     /// `auto` passes them over).
     pub fn adapters(&self) -> Vec<AdapterView> {
+        // The memory of each card where its driver tells it (NVML on NVIDIA; wgpu does not).
+        let memory = minerva_bench::driver_memory::Driver::open()
+            .map(|d| d.devices())
+            .unwrap_or_default();
         minerva_engine::devices::adapters()
             .iter()
-            .map(|a| AdapterView {
-                name: a.name.clone(),
-                description: a.to_string(),
-                software: a.software,
+            .map(|a| {
+                let total = memory.iter().find(|(n, _)| *n == a.name).map(|(_, b)| *b);
+                AdapterView {
+                    name: a.name.clone(),
+                    description: match total {
+                        Some(b) => format!("{a}, {:.0} GiB", b as f64 / (1u64 << 30) as f64),
+                        None => a.to_string(),
+                    },
+                    software: a.software,
+                    memory_bytes: total,
+                }
             })
             .collect()
     }

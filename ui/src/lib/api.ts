@@ -53,9 +53,11 @@ export interface FoundModel {
 /** A GPU adapter a model can be loaded on by name. */
 export interface Adapter {
   name: string;
-  /** "name (API, driver …)" */
+  /** "name (API, driver …)", and ", 80 GiB" where the driver tells the card's memory */
   description: string;
   software: boolean;
+  /** The card's memory where its driver tells it (NVML on NVIDIA), else null. */
+  memory_bytes: number | null;
 }
 
 export interface LoadedModel {

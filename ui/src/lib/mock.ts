@@ -330,7 +330,7 @@ export function createMockTransport(options: MockOptions = {}): Transport {
       return null;
     },
     adapters: () => [
-      { name: 'Mock GPU', description: 'Mock GPU (Vulkan, driver mock 1.0)', software: false },
+      { name: 'Mock GPU', description: 'Mock GPU (Vulkan, driver mock 1.0), 24 GiB', software: false, memory_bytes: 24 * 2 ** 30 },
     ],
     loaded_models: () => loaded.slice(),
     found_models: () => FOUND.slice(),

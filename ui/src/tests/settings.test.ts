@@ -28,7 +28,7 @@ describe('app settings store', () => {
   it('applies the saved theme at start, saves a change and applies it at once', async () => {
     const fake = fakeTransport({
       app_settings: () => ({ ...SAVED }),
-      adapters: () => [{ name: 'GPU A', description: 'GPU A (Vulkan)', software: false }],
+      adapters: () => [{ name: 'GPU A', description: 'GPU A (Vulkan)', software: false, memory_bytes: null }],
       set_app_settings: ({ settings }: { settings: AppSettings }) => settings,
     });
     const store = new AppSettingsStore(fake.transport);
@@ -93,7 +93,7 @@ describe('Settings screen with the mock service', () => {
     const { user, store } = await setup();
     const select = screen.getByLabelText(/GPU adapter/) as HTMLSelectElement;
     expect(within(select).getAllByRole('option').map((o) => o.getAttribute('value'))).toEqual(['auto', 'cpu', 'Mock GPU']);
-    expect(within(select).getByRole('option', { name: 'Mock GPU (Vulkan, driver mock 1.0)' })).toBeTruthy();
+    expect(within(select).getByRole('option', { name: 'Mock GPU (Vulkan, driver mock 1.0), 24 GiB' })).toBeTruthy();
     await user.selectOptions(select, 'Mock GPU');
     await waitFor(() => expect(store.settings?.adapter).toBe('Mock GPU'));
 
