@@ -26,6 +26,16 @@ pub struct BenchView {
     view: View,
 }
 
+impl BenchView {
+    fn of(summary: BenchRunSummary, report: Report) -> BenchView {
+        BenchView {
+            view: view::view(&report),
+            summary,
+            report,
+        }
+    }
+}
+
 #[tauri::command(rename_all = "snake_case")]
 pub async fn bench_catalogue(svc: Svc<'_>) -> Answer<Vec<CatalogueModel>> {
     let svc = svc.inner().clone();
@@ -73,11 +83,7 @@ pub async fn bench_run(svc: Svc<'_>, id: i64) -> Answer<BenchView> {
     let svc = svc.inner().clone();
     off_ui(move || {
         let (summary, report) = svc.store().bench_run(id).map_err(words)?;
-        Ok(BenchView {
-            view: view::view(&report),
-            summary,
-            report,
-        })
+        Ok(BenchView::of(summary, report))
     })
     .await
 }
@@ -89,12 +95,7 @@ pub async fn compare_bench_runs(svc: Svc<'_>, a: i64, b: i64) -> Answer<BenchVie
     off_ui(move || {
         let (summary, first) = svc.store().bench_run(a).map_err(words)?;
         let (_, second) = svc.store().bench_run(b).map_err(words)?;
-        let report = view::merge(&first, &second);
-        Ok(BenchView {
-            view: view::view(&report),
-            summary,
-            report,
-        })
+        Ok(BenchView::of(summary, view::merge(&first, &second)))
     })
     .await
 }

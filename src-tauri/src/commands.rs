@@ -236,6 +236,6 @@ pub struct Status {
 pub fn status(svc: Svc<'_>) -> Status {
     Status {
         model: svc.loaded().pop(),
-        memory_used_bytes: crate::memory_in_use(),
+        memory_used_bytes: minerva_bench::measure::memory_status("VmRSS"),
     }
 }

@@ -10,20 +10,6 @@ use serde_json::{json, Value};
 use std::sync::{Arc, OnceLock};
 use tauri::{Emitter, Manager};
 
-/// Resident memory of this process, where the system reports it (Linux).
-pub fn memory_in_use() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
-}
-
 /// An event as the UI reads it: a reply's pieces carry `message_id` (the reply being written)
 /// and `kind`; its end carries the stats.
 fn for_ui(e: &ServiceEvent) -> Value {

@@ -44,58 +44,61 @@ fn the_app_loads_a_model_and_chats_like_a_person_uses_it() {
         return;
     }
     let out = PathBuf::from(ROOT).join("target/e2e-screenshots");
-    let o = under_display()
-        .arg(Path::new(ROOT).join("tests/e2e/app.py"))
-        .arg("--app")
-        .arg(env!("CARGO_BIN_EXE_minerva-app"))
-        .arg("--model")
-        .arg(&model)
-        .arg("--thinking")
-        .arg(Path::new(ROOT).join("tests/fixtures/thinking"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    eprintln!("{stdout}");
-    assert!(o.status.success(), "{stdout}\n{stderr}");
-    for shot in [
-        "01-models-card",
-        "06-chat-reply",
-        "09-chat-after-restart",
-        "10-models-catalogue",
-        "11-chat-reasoning",
-        "12-models-after-close-during-load",
-    ] {
-        assert!(out.join(format!("{shot}.png")).is_file(), "{shot}.png");
-    }
-    bench_screens(&out);
-}
-
-/// python3 under a virtual display and a D-Bus session.
-fn under_display() -> Command {
-    let mut c = Command::new("xvfb-run");
-    c.args([
-        "-a",
-        "-s",
-        "-screen 0 1280x800x24",
-        "dbus-run-session",
-        "--",
-        "python3",
-    ]);
-    c
-}
-
-/// The benchmark dashboard and the settings screen (after the chat's run, never beside it).
-fn bench_screens(out: &Path) {
+    let model = model.display().to_string();
+    let thinking = Path::new(ROOT).join("tests/fixtures/thinking");
+    script(
+        "app.py",
+        &[
+            "--model",
+            &model,
+            "--thinking",
+            &thinking.display().to_string(),
+        ],
+        &out,
+        &[
+            "01-models-card",
+            "06-chat-reply",
+            "09-chat-after-restart",
+            "10-models-catalogue",
+            "11-chat-reasoning",
+            "12-models-after-close-during-load",
+        ],
+    );
+    // The benchmark dashboard and the settings screen (after the chat's run, never beside it).
     let report = Path::new(ROOT).join("tests/fixtures/reports/tinyllama-1.1b-h100.json");
-    let o = under_display()
-        .arg(Path::new(ROOT).join("tests/e2e/bench.py"))
+    script(
+        "bench.py",
+        &["--report", &report.display().to_string()],
+        &out,
+        &[
+            "13-settings",
+            "14-bench-progress",
+            "15-bench-results",
+            "16-bench-cancelled",
+            "17-bench-imported",
+            "18-bench-history-open",
+            "19-bench-compare",
+            "20-settings-cpu",
+        ],
+    );
+}
+
+/// Runs `tests/e2e/<name>` on the app under a virtual display and a D-Bus session, with
+/// `args` and `--out`; it must pass and leave each of `shots`.
+fn script(name: &str, args: &[&str], out: &Path, shots: &[&str]) {
+    let o = Command::new("xvfb-run")
+        .args([
+            "-a",
+            "-s",
+            "-screen 0 1280x800x24",
+            "dbus-run-session",
+            "--",
+        ])
+        .arg("python3")
+        .arg(Path::new(ROOT).join("tests/e2e").join(name))
         .arg("--app")
         .arg(env!("CARGO_BIN_EXE_minerva-app"))
-        .arg("--report")
-        .arg(&report)
+        .args(args)
         .arg("--out")
         .arg(out)
         .output()
@@ -103,17 +106,8 @@ fn bench_screens(out: &Path) {
     let stdout = String::from_utf8_lossy(&o.stdout);
     let stderr = String::from_utf8_lossy(&o.stderr);
     eprintln!("{stdout}");
-    assert!(o.status.success(), "{stdout}\n{stderr}");
-    for shot in [
-        "13-settings",
-        "14-bench-progress",
-        "15-bench-results",
-        "16-bench-cancelled",
-        "17-bench-imported",
-        "18-bench-history-open",
-        "19-bench-compare",
-        "20-settings-cpu",
-    ] {
+    assert!(o.status.success(), "{name}: {stdout}\n{stderr}");
+    for shot in shots {
         assert!(out.join(format!("{shot}.png")).is_file(), "{shot}.png");
     }
 }

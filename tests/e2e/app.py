@@ -306,21 +306,27 @@ def main():
     args.thinking = os.path.abspath(args.thinking)
     os.makedirs(args.out, exist_ok=True)
     args.tmp = tempfile.mkdtemp(prefix="minerva-e2e-")
-    env = dict(os.environ)
-    env["MINERVA_DB"] = os.path.join(args.tmp, "minerva.sqlite")
-    # An empty home: no models found on disk, no window state from earlier runs.
-    env["HOME"] = args.tmp
     shot = Shots(args.out)
+    starts(args.app, args.tmp, shot, (lambda d: first_run(d, args, shot),
+                                      lambda d: second_run(d, args, shot),
+                                      lambda d: third_run(d, shot)))
+
+
+def starts(app, tmp, shot, runs, failure="failure"):
+    """Starts the app once per run (each run a function of the session), with its database in
+    `tmp` and `tmp` as an empty home; a failure is saved as a screenshot and exits with 1."""
+    env = dict(os.environ)
+    env["MINERVA_DB"] = os.path.join(tmp, "minerva.sqlite")
+    # An empty home: no models found on disk, no window state from earlier runs.
+    env["HOME"] = tmp
     driver = start_driver(env)
     try:
-        runs = (lambda d: first_run(d, args, shot), lambda d: second_run(d, args, shot),
-                lambda d: third_run(d, shot))
         for run in runs:
-            d = session(os.path.abspath(args.app))
+            d = session(os.path.abspath(app))
             try:
                 run(d)
             except (AssertionError, WebDriverException):
-                shot(d, "failure")
+                shot(d, failure)
                 raise
             finally:
                 try:
@@ -333,9 +339,8 @@ def main():
     finally:
         driver.send_signal(signal.SIGTERM)
         driver.wait(10)
-        shutil.rmtree(args.tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     print("screenshots:", " ".join(shot.names))
-
 
 if __name__ == "__main__":
     main()

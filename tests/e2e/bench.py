@@ -15,17 +15,13 @@ the same command the Export button calls, import through a drop.
 import argparse
 import csv
 import os
-import shutil
-import signal
-import sys
 import tempfile
 
-from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
-from app import Shots, WebDriverWait, button, drop, session, start_driver, wait_text
+from app import Shots, WebDriverWait, button, drop, starts, wait_text
 
 FORMATS = ["safetensors F32", "gguf Q4_0", "mlx 4-bit"]
 FORM = "//form[@aria-label='Benchmark settings']"
@@ -199,32 +195,9 @@ def main():
     args.report = os.path.abspath(args.report)
     os.makedirs(args.out, exist_ok=True)
     args.tmp = tempfile.mkdtemp(prefix="minerva-e2e-bench-")
-    env = dict(os.environ)
-    env["MINERVA_DB"] = os.path.join(args.tmp, "minerva.sqlite")
-    env["HOME"] = args.tmp
     shot = Shots(args.out)
-    driver = start_driver(env)
-    try:
-        for run in (lambda d: first_run(d, args, shot), lambda d: second_run(d, args, shot)):
-            d = session(os.path.abspath(args.app))
-            try:
-                run(d)
-            except (AssertionError, WebDriverException):
-                shot(d, "bench-failure")
-                raise
-            finally:
-                try:
-                    d.quit()
-                except WebDriverException:
-                    pass
-    except (AssertionError, WebDriverException) as e:
-        print(f"FAILED: {type(e).__name__}: {e}", file=sys.stderr)
-        sys.exit(1)
-    finally:
-        driver.send_signal(signal.SIGTERM)
-        driver.wait(10)
-        shutil.rmtree(args.tmp, ignore_errors=True)
-    print("screenshots:", " ".join(shot.names))
+    starts(args.app, args.tmp, shot, (lambda d: first_run(d, args, shot),
+                                      lambda d: second_run(d, args, shot)), "bench-failure")
 
 
 if __name__ == "__main__":

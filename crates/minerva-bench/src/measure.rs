@@ -114,14 +114,20 @@ pub fn measure(once: &Once) -> Result<serde_json::Value, String> {
     }))
 }
 
-/// This process's peak resident memory (VmHWM), where the system reports it (Linux). The
-/// parent's `wait4` figure is no substitute: a forked child's high-water mark starts at the
-/// parent's resident size, which for the bench holds the quality pass's models.
+/// This process's peak resident memory (VmHWM). The parent's `wait4` figure is no substitute:
+/// a forked child's high-water mark starts at the parent's resident size, which for the bench
+/// holds the quality pass's models.
 fn peak_rss() -> Option<u64> {
+    memory_status("VmHWM")
+}
+
+/// A memory figure of this process from `/proc/self/status` (`VmRSS`, `VmHWM`), in bytes, where
+/// the system reports it (Linux).
+pub fn memory_status(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kib: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
         .trim()
         .trim_end_matches("kB")
         .trim()
