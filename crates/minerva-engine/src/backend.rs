@@ -304,6 +304,12 @@ pub trait Backend: Send {
     fn device_memory(&self) -> Option<DeviceMemory> {
         None
     }
+
+    /// The kernels the last step ran as, with the bytes each reads and its floor at
+    /// `bandwidth` bytes/s (None where the backend runs ops one by one, as the CPU does).
+    fn explain_plan(&self, _bandwidth: f64) -> Option<String> {
+        None
+    }
 }
 
 /// Device memory by the engine's own account: what its live buffers take, and what the

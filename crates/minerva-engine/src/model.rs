@@ -446,6 +446,11 @@ impl Model {
         Ok(())
     }
 
+    /// The kernels the backend ran the last step as (see `Backend::explain_plan`).
+    pub fn explain_plan(&self, bandwidth: f64) -> Option<String> {
+        self.backend.explain_plan(bandwidth)
+    }
+
     /// Logits of the last row of the step just run.
     fn last_row_logits(&mut self, n: usize) -> Result<()> {
         let (b, s, w) = (self.backend.as_mut(), &self.s, &self.weights);

@@ -78,8 +78,10 @@ fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
                 "{fixture}: submits in one decode step of {launches} dispatches"
             );
             assert_eq!(
-                launches, dispatches,
-                "{fixture}: dispatches in one decode step"
+                launches,
+                dispatches,
+                "{fixture}: dispatches in one decode step, planned as\n{}",
+                model.explain_plan(1e12).unwrap_or_default()
             );
             eprintln!("{fixture}: {launches} dispatches in one decode step");
         }

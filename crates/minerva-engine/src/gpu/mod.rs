@@ -1,11 +1,17 @@
 //! The GPU backend over wgpu: device setup, weights uploaded in their stored layout, WGSL kernels
-//! composed from `kernels/`, and ops that record them into one compute pass per step.
+//! composed from `kernels/`, and a step graph of ops planned into fused kernels (`fusion.rs`)
+//! and replayed as one compute pass per step.
 
 pub mod backend;
 pub mod context;
+mod encode;
 pub mod error;
+pub mod fusion;
+pub mod graph;
+pub(crate) mod key;
 pub mod ops;
 pub mod pipelines;
+pub mod plan;
 pub mod profile;
 pub mod shader;
 pub mod weights;
