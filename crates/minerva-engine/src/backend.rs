@@ -175,6 +175,31 @@ pub enum Choice {
     OnDevice(u64),
 }
 
+/// A token drawn on the device ([`Backend::choose_sampled`]): the settings of
+/// [`crate::SamplerConfig`] for one step, the tokens the repetition penalty applies to, and the
+/// uniform draw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceSample<'a> {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub penalty: f32,
+    /// Distinct token ids to penalize.
+    pub penalized: &'a [u32],
+    /// Also penalize the token the last choice left on the device (its id not read yet), once.
+    pub with_chosen: bool,
+    /// Uniform in [0, 1).
+    pub u: f32,
+}
+
+/// The most candidates a device draw considers: with no top-k set, the draw is among the 256
+/// most likely tokens (the rest still count in the softmax).
+pub const DEVICE_SAMPLE_CANDIDATES: usize = 256;
+
+/// The most penalized tokens a device draw takes.
+pub const DEVICE_SAMPLE_PENALIZED: usize = 256;
+
 /// The ops the transformer needs. See the module docs for the contract.
 pub trait Backend: Send {
     /// A short name for messages and stats ("cpu", "gpu: <adapter>").
@@ -291,6 +316,23 @@ pub trait Backend: Send {
                 "this backend keeps no choices on the device".into(),
             )),
         }
+    }
+
+    /// Whether [`Backend::choose_sampled`] draws on the device at all.
+    fn samples_on_device(&self) -> bool {
+        false
+    }
+
+    /// Draws the next token from row `row` of `x` on the device, leaving the choice there as
+    /// [`Backend::choose_greedy`] does. None where the backend cannot (the caller then reads
+    /// candidates or logits and samples on the CPU).
+    fn choose_sampled(
+        &mut self,
+        _x: BufId,
+        _row: usize,
+        _s: &DeviceSample,
+    ) -> Result<Option<Choice>> {
+        Ok(None)
     }
 
     /// Synchronizing read: the `k` largest values of row `row`, best first, as (index, value).

@@ -446,6 +446,17 @@ impl Model {
         Ok(())
     }
 
+    /// Whether the backend draws sampled tokens on the device.
+    pub fn samples_on_device(&self) -> bool {
+        self.backend.samples_on_device()
+    }
+
+    /// Draws the next token from the last step's logits on the device (see
+    /// `Backend::choose_sampled`); None where the backend cannot.
+    pub fn choose_sampled(&mut self, s: &crate::backend::DeviceSample) -> Result<Option<Choice>> {
+        self.backend.choose_sampled(self.s.logits, 0, s)
+    }
+
     /// The kernels the backend ran the last step as (see `Backend::explain_plan`).
     pub fn explain_plan(&self, bandwidth: f64) -> Option<String> {
         self.backend.explain_plan(bandwidth)

@@ -102,6 +102,28 @@ impl Sampler {
         dist.last().map_or(0, |d| d.0)
     }
 
+    /// The uniform draw of the next device-side choice: the seed's sequence, one per token.
+    pub fn next_uniform(&mut self) -> f32 {
+        // Below 1 after rounding to f32.
+        (self.rng.next_f64() as f32).min(1.0 - f32::EPSILON)
+    }
+
+    /// The distinct tokens among the last `repeat_last_n` of `history` (with `one_more`, among
+    /// its last `repeat_last_n - 1`: the newest token is still on the device) that the
+    /// repetition penalty applies to; none when it is off.
+    pub fn penalized(&self, history: &[u32], one_more: bool) -> Vec<u32> {
+        let c = &self.config;
+        if c.repetition_penalty == 1.0 {
+            return Vec::new();
+        }
+        let window = c.repeat_last_n.saturating_sub(one_more as usize);
+        let seen: std::collections::BTreeSet<u32> = history[history.len().saturating_sub(window)..]
+            .iter()
+            .copied()
+            .collect();
+        seen.into_iter().collect()
+    }
+
     /// As `sample`, from the best candidates only (`(id, logit)`, at least
     /// `config.candidates()` of them, best first); the same choice as `sample` over all logits
     /// for the same seed.

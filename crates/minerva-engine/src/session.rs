@@ -6,7 +6,7 @@
 //! [`EngineError::ContextFull`]; a generation that reaches the end of the context stops with
 //! [`StopReason::ContextFull`]. Nothing is truncated silently.
 
-use crate::backend::Choice;
+use crate::backend::{Choice, DeviceSample};
 use crate::error::{EngineError, Result};
 use crate::model::{KvCache, Model};
 use crate::sampler::{Sampler, SamplerConfig};
@@ -201,7 +201,7 @@ impl Session {
                 && self.cache.pos() < self.cache.ctx();
             if queued {
                 self.model.decode_choice(&mut self.cache, choice)?;
-                ahead = Some(self.model.choose_greedy()?);
+                ahead = Some(self.choose_on_device(&mut sampler, &history, true)?);
             }
             let id = self.model.read_choice(&mut self.cache, choice)?;
             generated += 1;
@@ -258,6 +258,9 @@ impl Session {
         if sampler.config.is_plain_argmax() {
             return self.model.choose_greedy();
         }
+        if let Some(c) = self.sample_on_device(sampler, history, false)? {
+            return Ok(c);
+        }
         let id = if let Some(k) = sampler.config.candidates() {
             let candidates = self.model.top_k(k)?;
             sampler.sample_candidates(&candidates)
@@ -266,6 +269,46 @@ impl Session {
             sampler.sample(&logits, history)
         };
         Ok(Choice::Known(id))
+    }
+
+    /// The next choice, left on the device, while the last one is still there unread (its
+    /// step already queued): only choices the device can make are queued this way.
+    fn choose_on_device(
+        &mut self,
+        sampler: &mut Sampler,
+        history: &[u32],
+        last_unread: bool,
+    ) -> Result<Choice> {
+        if sampler.config.is_plain_argmax() {
+            return self.model.choose_greedy();
+        }
+        self.sample_on_device(sampler, history, last_unread)?
+            .ok_or_else(|| EngineError::Invalid("the device stopped sampling mid-turn".into()))
+    }
+
+    /// A draw on the device with the sampler's settings and seed, where the backend can.
+    fn sample_on_device(
+        &mut self,
+        sampler: &mut Sampler,
+        history: &[u32],
+        last_unread: bool,
+    ) -> Result<Option<Choice>> {
+        if !self.model.samples_on_device() {
+            return Ok(None);
+        }
+        let penalized = sampler.penalized(history, last_unread);
+        let c = sampler.config.clone();
+        let s = DeviceSample {
+            temperature: c.temperature,
+            top_k: c.top_k,
+            top_p: c.top_p,
+            min_p: c.min_p,
+            penalty: c.repetition_penalty,
+            penalized: &penalized,
+            with_chosen: last_unread && c.repetition_penalty != 1.0,
+            u: sampler.next_uniform(),
+        };
+        self.model.choose_sampled(&s)
     }
 
     /// Moves the session to a thread of its own; turns are queued and run in order.

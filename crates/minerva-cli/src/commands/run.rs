@@ -52,6 +52,13 @@ pub struct Args {
     /// Print one JSON object at the end instead of streaming text.
     #[arg(long)]
     pub json: bool,
+    /// Instead of generating: run the prompt and one decode step, and print the kernels each
+    /// ran as on the GPU (the ops each fuses, its dispatches, the bytes it reads, its floor).
+    #[arg(long)]
+    pub explain_plan: bool,
+    /// The memory bandwidth `--explain-plan` computes each kernel's floor at, in GB/s.
+    #[arg(long, default_value_t = 1000.0)]
+    pub bandwidth: f64,
 }
 
 #[derive(Serialize)]
@@ -103,6 +110,9 @@ pub fn run(args: Args) -> Result<(), String> {
     let ctx = args
         .ctx
         .unwrap_or_else(|| minerva_service::card::default_ctx(&loaded.model.spec));
+    if args.explain_plan {
+        return explain_plan(loaded.model, &prompt, ctx, args.bandwidth);
+    }
     let backend = loaded.model.backend_name();
     let adapter = loaded.backend.adapter.clone();
     let handle = Session::new(loaded.model, ctx, loaded.load_ms)
@@ -164,6 +174,36 @@ pub fn run(args: Args) -> Result<(), String> {
     } else {
         writeln!(out).map_err(|e| e.to_string())?;
     }
+    Ok(())
+}
+
+/// Runs the prompt, then one decode step, printing the plan of each.
+fn explain_plan(
+    mut model: minerva_engine::Model,
+    prompt: &[u32],
+    ctx: usize,
+    bandwidth_gbs: f64,
+) -> Result<(), String> {
+    let e = |e: minerva_engine::EngineError| e.to_string();
+    let mut cache = model.new_cache(ctx).map_err(e)?;
+    model.prefill(&mut cache, prompt).map_err(e)?;
+    let next = model.argmax().map_err(e)?;
+    let bw = bandwidth_gbs * 1e9;
+    let Some(prefill) = model.explain_plan(bw) else {
+        return Err(format!(
+            "{} runs ops one by one: it has no step plan (use --backend gpu)",
+            model.backend_name()
+        ));
+    };
+    model.prefill(&mut cache, &[next]).map_err(e)?;
+    model.argmax().map_err(e)?;
+    let decode = model.explain_plan(bw).unwrap_or_default();
+    println!(
+        "{}\n\nlast step of the prompt ({} tokens):\n{prefill}\none decode step at position {}:\n{decode}",
+        model.backend_name(),
+        prompt.len(),
+        prompt.len()
+    );
     Ok(())
 }
 

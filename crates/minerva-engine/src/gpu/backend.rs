@@ -5,20 +5,21 @@
 //! sent as one command encoder. Plans and their dispatches are kept per shape class (the
 //! graph's key, which leaves positions out), so every decode step replays one plan.
 
+use super::buffers::{Buf, Kv, Src};
 use super::context::{GpuContext, GpuOptions, PendingRead};
 use super::error::{GpuError, GpuResult};
 use super::fusion::{self, Facts};
-use super::graph::{stacked, Graph, MoeRef, MoeTable, Node};
-use super::ops::{moe_max_tiles, select_scratch_len, AttnShape, KvCache, Ops, Rotary, Step};
+use super::graph::{Graph, MoeRef, MoeTable, Node};
+use super::ops::{select_scratch_len, KvCache, Ops, SampleParams, Step};
 use super::pipelines::Dispatch;
 use super::plan::{explain, DispatchInfo, KernelCost, Plan};
 use super::weights::GpuWeight;
 use crate::backend::{
-    AttnParams, Backend, BufId, Choice, KvId, KvSpec, Linear, MatView, MoeBlock, RopeParams,
-    VecRef, WeightId,
+    AttnParams, Backend, BufId, Choice, DeviceSample, KvId, KvSpec, Linear, MatView, MoeBlock,
+    RopeParams, VecRef, WeightId, DEVICE_SAMPLE_CANDIDATES, DEVICE_SAMPLE_PENALIZED,
 };
 use crate::error::{EngineError, Result};
-use minerva_formats::{Activation, DType, RopeStyle, TensorData, TensorView};
+use minerva_formats::{Activation, DType, TensorData, TensorView};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -26,26 +27,6 @@ impl From<GpuError> for EngineError {
     fn from(e: GpuError) -> Self {
         EngineError::Backend(e.to_string())
     }
-}
-
-pub(super) struct Buf {
-    pub buf: wgpu::Buffer,
-    pub rows: usize,
-    pub cols: usize,
-}
-
-struct Kv {
-    cache: KvCache,
-    cache_len: usize,
-}
-
-/// Where an operand lives: a transformer buffer, a named scratch buffer, or the chosen token.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Src {
-    Buf(BufId),
-    Scratch(&'static str),
-    /// The last greedy choice.
-    Chosen,
 }
 
 /// A plan's dispatches, and how many of them each kernel has.
@@ -57,12 +38,12 @@ struct Encoded {
 pub struct GpuBackend {
     pub(super) ctx: Arc<GpuContext>,
     pub(super) ops: Ops,
-    kv_f16: bool,
+    pub(super) kv_f16: bool,
     pub(super) weights: Vec<GpuWeight>,
     /// f32 copies of the small float tensors used as vectors (norm weights, biases, sinks).
-    vectors: HashMap<u32, wgpu::Buffer>,
-    bufs: Vec<Buf>,
-    kvs: Vec<Option<Kv>>,
+    pub(super) vectors: HashMap<u32, wgpu::Buffer>,
+    pub(super) bufs: Vec<Buf>,
+    pub(super) kvs: Vec<Option<Kv>>,
     pub(super) moes: MoeTable,
     pub(super) step: wgpu::Buffer,
     step_now: Option<(usize, usize)>,
@@ -71,13 +52,17 @@ pub struct GpuBackend {
     ids_users: bool,
     pub(super) ids: wgpu::Buffer,
     ids_len: usize,
+    /// A sampled step's settings (`SampleParams`) and the ids its repetition penalty lists.
+    pub(super) sample_params: wgpu::Buffer,
+    pub(super) pen_ids: wgpu::Buffer,
+    sample_users: bool,
     /// The last greedy choice kept on the device, which the next `embed_choice` reads.
     pub(super) chosen: wgpu::Buffer,
     /// Choices on the device whose read backs are in flight, oldest first, with their numbers.
     choices: std::collections::VecDeque<(u64, PendingRead)>,
     next_choice: u64,
     /// Scratch buffers that grow on demand; growing drops the encoded plans that bind them.
-    scratch: HashMap<&'static str, wgpu::Buffer>,
+    pub(super) scratch: HashMap<&'static str, wgpu::Buffer>,
     /// The ops recorded since the last submit.
     graph: Graph,
     /// Plans by shape class, and their dispatches (dropped when a buffer they bind is).
@@ -102,6 +87,8 @@ impl GpuBackend {
         let step = ctx.uniform("step", &Step::default());
         let ids = ctx.storage("token ids", 4 * 64);
         let chosen = ctx.storage("chosen token", 4);
+        let sample_params = ctx.uniform("sample params", &SampleParams::default());
+        let pen_ids = ctx.storage("penalized ids", 4 * DEVICE_SAMPLE_PENALIZED as u64);
         let warm = ctx.info.device_type != wgpu::DeviceType::Cpu;
         let b = GpuBackend {
             ops: Ops::new(ctx.clone()),
@@ -119,6 +106,9 @@ impl GpuBackend {
             ids,
             ids_len: 64,
             chosen,
+            sample_params,
+            pen_ids,
+            sample_users: false,
             choices: Default::default(),
             next_choice: 0,
             scratch: HashMap::new(),
@@ -213,29 +203,6 @@ impl GpuBackend {
         c
     }
 
-    fn weight_bytes(&self, w: WeightId) -> (u64, u64) {
-        self.weight(w).map_or((0, 1), |w| {
-            let bytes = w
-                .parts
-                .iter()
-                .flat_map(|p| &p.buffers)
-                .map(|b| b.size())
-                .sum();
-            (bytes, w.shape.iter().product::<usize>().max(1) as u64)
-        })
-    }
-
-    /// The stored bytes of the matrix a view reads.
-    fn view_bytes(&self, lin: &Linear) -> u64 {
-        let (bytes, values) = self.weight_bytes(lin.w.weight);
-        bytes * (lin.w.out_dim * lin.w.in_dim) as u64 / values
-    }
-
-    fn row_bytes(&self, w: WeightId) -> u64 {
-        let (bytes, _) = self.weight_bytes(w);
-        bytes / self.weight(w).map_or(1, |w| w.rows.max(1)) as u64
-    }
-
     /// Plans and encodes the recorded graph (reusing the plan of its shape class), leaving the
     /// graph empty.
     fn take_step(&mut self) -> Result<Option<Arc<Encoded>>> {
@@ -275,11 +242,12 @@ impl GpuBackend {
         self.last_graph = Some((g, key));
         self.step_users = false;
         self.ids_users = false;
+        self.sample_users = false;
         Ok(Some(enc))
     }
 
     /// Sends the recorded work to the GPU (no wait).
-    fn flush(&mut self) -> Result<()> {
+    pub(super) fn flush(&mut self) -> Result<()> {
         if let Some(enc) = self.take_step()? {
             let list: Vec<&Dispatch> = enc.dispatches.iter().map(|d| d.as_ref()).collect();
             self.ctx.submit(&list)?;
@@ -308,7 +276,7 @@ impl GpuBackend {
     }
 
     /// Drops the encoded plans: a buffer they bind is being replaced.
-    fn forget_dispatches(&mut self) {
+    pub(super) fn forget_dispatches(&mut self) {
         self.encoded.clear();
     }
 
@@ -334,132 +302,22 @@ impl GpuBackend {
         Ok(())
     }
 
-    pub(super) fn buf(&self, id: BufId) -> Result<&Buf> {
-        self.bufs
-            .get(id.0 as usize)
-            .ok_or_else(|| bad(format!("unknown buffer handle {}", id.0)))
-    }
-
-    pub(super) fn weight(&self, id: WeightId) -> Result<&GpuWeight> {
-        self.weights
-            .get(id.0 as usize)
-            .ok_or_else(|| bad(format!("unknown weight handle {}", id.0)))
-    }
-
-    fn check_rows(&self, id: BufId, n: usize, cols: Option<usize>, op: &str) -> Result<()> {
-        let b = self.buf(id)?;
-        if n > b.rows || cols.is_some_and(|c| c != b.cols) {
-            return Err(bad(format!(
-                "{op}: buffer {} is [{}, {}], used as [{n}, {}]",
-                id.0,
-                b.rows,
-                b.cols,
-                cols.unwrap_or(b.cols)
-            )));
-        }
-        Ok(())
-    }
-
-    /// Makes sure the f32 buffer of a vector weight exists (decoding it once on the GPU), so
-    /// that encoding finds it.
-    fn vector(&mut self, v: &VecRef) -> Result<()> {
-        let w = self.weight(v.weight)?;
-        if v.row >= w.rows.max(1) || v.len > w.cols {
-            return Err(bad(format!("vector {v:?} of '{}' {:?}", w.name, w.shape)));
-        }
-        let plain = w.dtype == DType::F32 && w.parts.len() == 1;
-        if plain || self.vectors.contains_key(&v.weight.0) {
-            return Ok(());
-        }
-        // Decoded once on the GPU by the embedding kernel over every row.
-        let ids: Vec<u32> = (0..w.rows as u32).collect();
-        let ib = self.ctx.storage_with("vector rows", &ids);
-        let out = self.ctx.storage(&w.name, (w.rows * w.cols * 4) as u64);
-        let d = self.ops.embed(w, &ib, &out, w.rows as u32, 1.0)?;
-        self.flush()?;
-        self.ctx.submit(&d.iter().collect::<Vec<_>>())?;
-        self.vectors.insert(v.weight.0, out);
-        Ok(())
-    }
-
-    fn vector_opt(&mut self, v: &Option<VecRef>) -> Result<()> {
-        match v {
-            Some(v) => self.vector(v),
-            None => Ok(()),
-        }
-    }
-
-    /// The f32 buffer holding a vector weight (see `vector`), and the element offset of `v`.
-    pub(super) fn vector_at(&self, v: &VecRef) -> Result<(u32, u32)> {
-        let w = self.weight(v.weight)?;
-        Ok((v.weight.0, (v.row * w.cols) as u32))
-    }
-
-    pub(super) fn vector_buf(&self, weight: u32) -> &wgpu::Buffer {
-        match self.vectors.get(&weight) {
-            Some(b) => b,
-            None => &self.weights[weight as usize].parts[0].buffers[0],
-        }
-    }
-
-    /// The rotation of a RoPE, for the kernels that fold it in.
-    pub(super) fn rotary(&self, r: &RopeParams) -> Result<Rotary<'_>> {
-        let (fid, _) = self.vector_at(&super::encode::freqs(r))?;
-        Ok(Rotary {
-            freq: self.vector_buf(fid),
-            rot_dim: r.dim as u32,
-            halves: r.style == RopeStyle::Halves,
-            mscale: r.attention_factor,
-        })
-    }
-
-    pub(super) fn cache(&self, kv: KvId) -> Result<&KvCache> {
-        match self.kvs.get(kv.0 as usize) {
-            Some(Some(c)) => Ok(&c.cache),
-            _ => Err(bad(format!("unknown KV cache {}", kv.0))),
-        }
-    }
-
-    pub(super) fn attn_shape(&self, kv: KvId, p: &AttnParams) -> Result<AttnShape> {
-        let cache_len = match self.kvs.get(kv.0 as usize) {
-            Some(Some(c)) => c.cache_len,
-            _ => return Err(bad(format!("unknown KV cache {}", kv.0))),
-        };
-        Ok(AttnShape {
-            heads: p.n_heads as u32,
-            kv_heads: p.n_kv_heads as u32,
-            head_dim: p.head_dim as u32,
-            cache_len: cache_len as u32,
-            window: p.window.unwrap_or(0) as u32,
-            scale: p.scale,
-        })
-    }
-
-    /// A scratch buffer of at least `bytes`; growing it submits the graph recorded so far and
-    /// drops the encoded plans (they bind the old buffer).
-    fn scratch(&mut self, name: &'static str, bytes: u64) {
-        let small = self.scratch.get(name).is_none_or(|b| b.size() < bytes);
-        if small {
-            let _ = self.flush();
-            self.forget_dispatches();
-            let b = self.ctx.storage(name, bytes.max(16).next_power_of_two());
-            self.scratch.insert(name, b);
-        }
-    }
-
-    pub(super) fn src(&self, s: Src) -> Result<&wgpu::Buffer> {
-        match s {
-            Src::Buf(id) => Ok(&self.buf(id)?.buf),
-            Src::Scratch(name) => self
-                .scratch
-                .get(name)
-                .ok_or_else(|| bad(format!("scratch {name} missing"))),
-            Src::Chosen => Ok(&self.chosen),
-        }
-    }
-
     fn push(&mut self, node: Node) {
         self.graph.nodes.push(node);
+    }
+
+    /// Submits the graph (which ends with a choice into the chosen-token buffer) with the
+    /// chosen id's read back behind it, without waiting: the choice stays on the device.
+    fn choice_on_device(&mut self) -> Result<Choice> {
+        let read = self.flush_and_read(&[(Src::Chosen, 0, 4)])?;
+        let n = self.next_choice;
+        self.next_choice += 1;
+        // Choices nobody read (a turn that ended on the token before) are dropped.
+        while self.choices.len() >= 2 {
+            self.choices.pop_front();
+        }
+        self.choices.push_back((n, read));
+        Ok(Choice::OnDevice(n))
     }
 
     /// Records the argmax of row `row` of `x` into the chosen-token buffer.
@@ -469,60 +327,6 @@ impl GpuBackend {
         self.scratch("select lists", select_scratch_len(cols as u32, 1, 1) * 4);
         self.scratch("counters", 4);
         self.push(Node::Argmax { x, row });
-        Ok(())
-    }
-
-    /// The scratch buffers and vectors a MoE block's kernels bind.
-    fn prepare_moe(&mut self, x: BufId, block: &MoeBlock, n: usize) -> Result<()> {
-        let hidden = self.buf(x)?.cols;
-        let experts = block.experts.len();
-        let k = block.routing.top_k.min(experts);
-        let width = block.experts[0].gate.out_dim();
-        self.vector_opt(&block.router.bias)?;
-        self.scratch("moe logits", (n * experts * 4) as u64);
-        self.scratch("moe ids", (n * k * 4) as u64);
-        self.scratch("moe weights", (n * k * 4) as u64);
-        let mut act = 0;
-        let mut out_rows = n;
-        if stacked(block) {
-            let items = n * k;
-            act = items * width;
-            out_rows = items;
-            self.scratch("moe gate", (items * width * 4) as u64);
-            self.scratch("moe up", (items * width * 4) as u64);
-            if n > 1 {
-                self.scratch("moe order", (items * 4) as u64);
-                let tiles = moe_max_tiles(items as u32, experts as u32);
-                self.scratch("moe tiles", tiles as u64 * 16);
-            }
-            let e0 = block.experts[0];
-            for l in [&e0.gate, &e0.up, &e0.down] {
-                self.vector_opt(&l.bias)?;
-            }
-        } else {
-            act = act.max(n * width);
-            self.scratch("moe dense", (n * experts * 4) as u64);
-            self.scratch("moe gate", (n * width * 4) as u64);
-            self.scratch("moe up", (n * width * 4) as u64);
-            self.scratch("zeros", (n * hidden * 4) as u64);
-            for f in &block.experts {
-                for l in [&f.gate, &f.up, &f.down] {
-                    self.vector_opt(&l.bias)?;
-                }
-            }
-        }
-        if let Some((shared, gate)) = &block.shared {
-            let sw = shared.gate.out_dim();
-            act = act.max(n * sw);
-            self.scratch("moe gate", (n * sw.max(width) * 4) as u64);
-            self.scratch("moe up", (n * sw.max(width) * 4) as u64);
-            self.scratch("moe shared gate", (n * 4) as u64);
-            for l in [&shared.gate, &shared.up, &shared.down, gate] {
-                self.vector_opt(&l.bias)?;
-            }
-        }
-        self.scratch("moe act", (act * 4) as u64);
-        self.scratch("moe expert out", (out_rows * hidden * 4) as u64);
         Ok(())
     }
 }
@@ -866,15 +670,64 @@ impl Backend for GpuBackend {
 
     fn choose_greedy(&mut self, x: BufId, row: usize) -> Result<Choice> {
         self.record_argmax(x, row)?;
-        let read = self.flush_and_read(&[(Src::Chosen, 0, 4)])?;
-        let n = self.next_choice;
-        self.next_choice += 1;
-        // Choices nobody read (a turn that ended on the token before) are dropped.
-        while self.choices.len() >= 2 {
-            self.choices.pop_front();
+        self.choice_on_device()
+    }
+
+    fn samples_on_device(&self) -> bool {
+        true
+    }
+
+    fn choose_sampled(&mut self, x: BufId, row: usize, s: &DeviceSample) -> Result<Option<Choice>> {
+        self.check_rows(x, row + 1, None, "sample")?;
+        let cols = self.buf(x)?.cols;
+        let fits = s.temperature > 0.0
+            && s.top_k <= DEVICE_SAMPLE_CANDIDATES
+            && s.penalized.len() <= DEVICE_SAMPLE_PENALIZED;
+        if !fits || cols == 0 {
+            return Ok(None);
         }
-        self.choices.push_back((n, read));
-        Ok(Choice::OnDevice(n))
+        let k = match s.top_k {
+            0 => DEVICE_SAMPLE_CANDIDATES,
+            k => k,
+        }
+        .min(cols);
+        // The settings are rewritten: a graph that reads them must go first.
+        if self.sample_users {
+            self.flush()?;
+        }
+        let params = SampleParams {
+            n: cols as u32,
+            offset: (row * cols) as u32,
+            k: k as u32,
+            top_k: s.top_k.min(cols) as u32,
+            temperature: s.temperature,
+            top_p: s.top_p,
+            min_p: s.min_p,
+            u: s.u,
+            penalty: s.penalty,
+            penalized: s.penalized.len() as u32,
+            with_chosen: s.with_chosen as u32,
+            _pad: 0,
+        };
+        let q = &self.ctx.queue;
+        q.write_buffer(&self.sample_params, 0, bytemuck::bytes_of(&params));
+        if !s.penalized.is_empty() {
+            q.write_buffer(&self.pen_ids, 0, bytemuck::cast_slice(s.penalized));
+        }
+        self.sample_users = true;
+        self.scratch("selected ids", (k * 4) as u64);
+        self.scratch("selected values", (k * 4) as u64);
+        self.scratch(
+            "select lists",
+            select_scratch_len(cols as u32, 1, k as u32) * 4,
+        );
+        self.scratch("counters", 4);
+        if s.penalty != 1.0 {
+            self.push(Node::Penalize { x, row });
+        }
+        self.push(Node::TopK { x, row, k });
+        self.push(Node::Sample { x, row, k });
+        self.choice_on_device().map(Some)
     }
 
     fn embed_choice(&mut self, table: WeightId, choice: Choice, out: BufId) -> Result<()> {

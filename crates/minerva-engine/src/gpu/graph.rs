@@ -87,6 +87,11 @@ pub enum Node {
     Argmax { x: BufId, row: usize },
     /// The `k` largest values of row `row` of x, into the selection buffers.
     TopK { x: BufId, row: usize, k: usize },
+    /// In place: the repetition penalty on row `row` of x (the tokens in the step's settings).
+    Penalize { x: BufId, row: usize },
+    /// A draw from the `k` candidates `TopK` selected from row `row` of x, into the
+    /// chosen-token buffer.
+    Sample { x: BufId, row: usize, k: usize },
 }
 
 impl Node {
@@ -105,6 +110,8 @@ impl Node {
             Node::Copy { .. } => "copy_rows",
             Node::Argmax { .. } => "argmax",
             Node::TopK { .. } => "top_k",
+            Node::Penalize { .. } => "repetition penalty",
+            Node::Sample { .. } => "sample",
         }
     }
 
@@ -119,6 +126,7 @@ impl Node {
             Node::Add { acc, x, .. } => vec![acc, x],
             Node::Copy { src, .. } => vec![src],
             Node::Argmax { x, .. } | Node::TopK { x, .. } => vec![x],
+            Node::Penalize { x, .. } | Node::Sample { x, .. } => vec![x],
         }
     }
 
@@ -132,7 +140,8 @@ impl Node {
             Node::Glu { out, .. } | Node::Moe { out, .. } => vec![out],
             Node::Add { acc, .. } => vec![acc],
             Node::Copy { dst, .. } => vec![dst],
-            Node::Argmax { .. } | Node::TopK { .. } => vec![],
+            Node::Penalize { x, .. } => vec![x],
+            Node::Argmax { .. } | Node::TopK { .. } | Node::Sample { .. } => vec![],
         }
     }
 
@@ -148,7 +157,11 @@ impl Node {
             | Node::Add { n, .. }
             | Node::Copy { n, .. } => n,
             Node::Attention { p, .. } => p.n,
-            Node::EmbedChoice { .. } | Node::Argmax { .. } | Node::TopK { .. } => 1,
+            Node::EmbedChoice { .. }
+            | Node::Argmax { .. }
+            | Node::TopK { .. }
+            | Node::Penalize { .. }
+            | Node::Sample { .. } => 1,
         }
     }
 }
@@ -195,6 +208,8 @@ impl KeyPart for Node {
             } => key_into(h, key!("copy", src, src_row, dst, dst_row, n)),
             Node::Argmax { x, row } => key_into(h, key!("argmax", x, row)),
             Node::TopK { x, row, k } => key_into(h, key!("top_k", x, row, k)),
+            Node::Penalize { x, row } => key_into(h, key!("penalize", x, row)),
+            Node::Sample { x, row, k } => key_into(h, key!("sample", x, row, k)),
         }
     }
 }

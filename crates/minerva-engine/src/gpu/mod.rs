@@ -3,8 +3,10 @@
 //! and replayed as one compute pass per step.
 
 pub mod backend;
+mod buffers;
 pub mod context;
 mod encode;
+mod encode_moe;
 pub mod error;
 pub mod fusion;
 pub mod graph;

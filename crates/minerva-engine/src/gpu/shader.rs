@@ -44,6 +44,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("attention.wgsl", include_str!("kernels/attention.wgsl")),
     ("moe.wgsl", include_str!("kernels/moe.wgsl")),
     ("select.wgsl", include_str!("kernels/select.wgsl")),
+    ("sample.wgsl", include_str!("kernels/sample.wgsl")),
     (
         "matvec_multi.wgsl",
         include_str!("kernels/matvec_multi.wgsl"),

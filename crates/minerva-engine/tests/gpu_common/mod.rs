@@ -5,6 +5,9 @@
 use minerva_engine::gpu::{GpuContext, GpuOptions};
 use std::sync::{Arc, OnceLock};
 
+pub mod activations;
+pub mod weights;
+
 /// Options of a context whose ops take f32 decode products for every dtype, which the kernel
 /// tests compare at f32 tolerances (tests of the int8 products turn them on).
 pub fn exact() -> GpuOptions {

@@ -4,7 +4,7 @@
 // once per token tile and no thread idles while others decode — and all threads stage the same
 // columns of the tile's tokens; then each thread accumulates THREAD_ROWS × THREAD_TOKENS outputs
 // from vec4 reads along k (THREAD_ROWS + THREAD_TOKENS loads for 4 · THREAD_ROWS · THREAD_TOKENS
-// FMAs). Tile defines come from ops.rs (`MatmulTile`); every tile has 8 row groups × 16 token
+// FMAs). Tile defines come from ops/matmul.rs (`MatmulTile`); every tile has 8 row groups × 16 token
 // groups of threads, and 1024 vec4s of weights and of x per step (32 KiB). Which tokens, weight
 // rows and outputs a tile covers: matmul_tiles.wgsl (with EXPERTS, one expert's items in
 // mixture-of-experts prefill).

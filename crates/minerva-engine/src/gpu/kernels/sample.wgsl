@@ -1,0 +1,125 @@
+// Sampling the next token on the GPU, so that only the chosen id is read back (and the next
+// step can be queued before it is). Two entries over one row of logits:
+// - `penalize`: the repetition penalty on the tokens the host lists (distinct ids), and on the
+//   token the last choice left in `chosen` when the host has not read it yet (`with_chosen`);
+// - `pick`: after the top-k kernel has put the best `k` candidates (ids and logits, best first)
+//   in `cand_ids` / `cand_vals`: the softmax at the temperature (over the whole row when no top-k
+//   is set, else over the top k), then top-p and min-p, and a draw with the host's uniform `u`
+//   from what is kept. The same arithmetic as `Sampler::distribution`, in f32.
+struct Params {
+    n: u32,            // logits in the row
+    offset: u32,       // where the row starts
+    k: u32,            // candidates the top-k kernel wrote
+    top_k: u32,        // 0: no top-k filter (the candidates stand for the head of the row)
+    temperature: f32,
+    top_p: f32,
+    min_p: f32,
+    u: f32,            // uniform in [0, 1)
+    penalty: f32,
+    penalized: u32,    // ids listed in `pen_ids`
+    with_chosen: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> logits: array<f32>;
+@group(0) @binding(2) var<storage, read_write> chosen: array<u32>;
+@group(0) @binding(3) var<storage, read> pen_ids: array<u32>;
+@group(0) @binding(4) var<storage, read> cand_ids: array<u32>;
+@group(0) @binding(5) var<storage, read> cand_vals: array<f32>;
+
+const WG: u32 = 256u;
+var<workgroup> partial: array<f32, WG>;
+
+fn penalized(v: f32) -> f32 {
+    if (v > 0.0) {
+        return v / p.penalty;
+    }
+    return v * p.penalty;
+}
+
+@compute @workgroup_size(64)
+fn penalize(@builtin(local_invocation_id) lid3: vec3<u32>) {
+    let lid = lid3.x;
+    for (var i = lid; i < p.penalized; i += 64u) {
+        let t = pen_ids[i];
+        if (t < p.n) {
+            logits[p.offset + t] = penalized(logits[p.offset + t]);
+        }
+    }
+    if (lid == 0u && p.with_chosen != 0u) {
+        let c = chosen[0];
+        var listed = false;
+        for (var i = 0u; i < p.penalized; i++) {
+            listed = listed || pen_ids[i] == c;
+        }
+        if (!listed && c < p.n) {
+            logits[p.offset + c] = penalized(logits[p.offset + c]);
+        }
+    }
+}
+
+@compute @workgroup_size(256)
+fn pick(@builtin(local_invocation_id) lid3: vec3<u32>) {
+    let lid = lid3.x;
+    let best = cand_vals[0];
+    let kept_k = select(p.k, min(p.top_k, p.k), p.top_k > 0u);
+    // The softmax's denominator: over the row, or over the top k.
+    var s = 0.0;
+    if (p.top_k == 0u) {
+        for (var i = lid; i < p.n; i += WG) {
+            s += exp((logits[p.offset + i] - best) / p.temperature);
+        }
+    } else {
+        for (var i = lid; i < kept_k; i += WG) {
+            s += exp((cand_vals[i] - best) / p.temperature);
+        }
+    }
+    partial[lid] = s;
+    workgroupBarrier();
+    for (var st = WG / 2u; st > 0u; st >>= 1u) {
+        if (lid < st) {
+            partial[lid] += partial[lid + st];
+        }
+        workgroupBarrier();
+    }
+    if (lid != 0u) {
+        return;
+    }
+    let total = partial[0];
+    // How many candidates top-p and min-p keep (at least one).
+    var keep = kept_k;
+    if (p.top_p < 1.0) {
+        var acc = 0.0;
+        for (var i = 0u; i < kept_k; i++) {
+            acc += exp((cand_vals[i] - best) / p.temperature) / total;
+            if (acc >= p.top_p) {
+                keep = i + 1u;
+                break;
+            }
+        }
+    }
+    if (p.min_p > 0.0) {
+        let least = p.min_p / total;
+        var n = 0u;
+        while (n < keep && exp((cand_vals[n] - best) / p.temperature) / total >= least) {
+            n++;
+        }
+        keep = max(n, 1u);
+    }
+    var kept = 0.0;
+    for (var i = 0u; i < keep; i++) {
+        kept += exp((cand_vals[i] - best) / p.temperature);
+    }
+    let goal = p.u * kept;
+    var acc = 0.0;
+    var drawn = cand_ids[keep - 1u];
+    for (var i = 0u; i < keep; i++) {
+        acc += exp((cand_vals[i] - best) / p.temperature);
+        if (goal < acc) {
+            drawn = cand_ids[i];
+            break;
+        }
+    }
+    chosen[0] = drawn;
+}

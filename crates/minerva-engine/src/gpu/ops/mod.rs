@@ -1,0 +1,568 @@
+//! The GPU ops: each builds the `Dispatch`es of one operation over given buffers (pipelines from
+//! the cache, a small uniform of static parameters, the bind group). Built once, recorded into
+//! every step's compute pass; values that change per step (position, token count) come from the
+//! shared `Step` uniform.
+//!
+//! This module holds the `Ops` settings and the types and helpers several kernel families share;
+//! each family's ops are an `impl Ops` block in a submodule of their own.
+
+use super::context::GpuContext;
+use super::error::{GpuError, GpuResult};
+use super::pipelines::{Dispatch, Pipelines};
+use super::shader::{defines, Defines};
+use super::weights::GpuWeight;
+use bytemuck::{Pod, Zeroable};
+use minerva_formats::DType;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+mod attention;
+mod elementwise;
+mod matmul;
+mod moe;
+mod products;
+mod select;
+
+pub use attention::{AttnShape, KvCache, Rotary, ATTN_CHUNK};
+pub use elementwise::Eltwise;
+pub use matmul::{coop_defines, MatmulTile, COOP_BLOCK, COOP_WEIGHT_BYTES, MATMUL_TOKENS};
+pub use moe::{moe_max_tiles, ExpertSel, ExpertTiles};
+pub use products::Multi;
+pub use select::{select_scratch_len, SampleParams};
+
+/// Per-step values every kernel may read, written once per step.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable, Default)]
+pub struct Step {
+    pub pos0: u32,
+    pub tokens: u32,
+    pub _pad: [u32; 2],
+}
+
+/// Splits `n` workgroups over x and y (each ≤ 65535).
+fn grid2(n: u32) -> (u32, u32) {
+    if n <= 65535 {
+        (n, 1)
+    } else {
+        (65535, n.div_ceil(65535))
+    }
+}
+
+/// A buffer region of f32 values: the buffer, the element offset, the elements between rows.
+#[derive(Clone, Copy)]
+pub struct Region<'a> {
+    pub buf: &'a wgpu::Buffer,
+    pub offset: u32,
+    pub stride: u32,
+}
+
+impl<'a> Region<'a> {
+    pub fn new(buf: &'a wgpu::Buffer, offset: u32, stride: u32) -> Self {
+        Region {
+            buf,
+            offset,
+            stride,
+        }
+    }
+}
+
+/// Which matrix of a weight, and which of its outputs, a product uses: output j is stored
+/// output `offset + j · stride` of matrix `matrix` (experts: the matrix comes from the ids).
+/// `input_major` weights store each matrix as [in_dim][outputs] (float dtypes only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatSel {
+    pub matrix: usize,
+    pub offset: usize,
+    pub stride: usize,
+    pub out_dim: usize,
+    pub in_dim: usize,
+    pub input_major: bool,
+}
+
+impl MatSel {
+    /// All rows of a 2-D [rows, cols] weight.
+    pub fn whole(w: &GpuWeight) -> MatSel {
+        MatSel {
+            matrix: 0,
+            offset: 0,
+            stride: 1,
+            out_dim: w.rows,
+            in_dim: w.cols,
+            input_major: false,
+        }
+    }
+}
+
+/// An f32 bias: the buffer, the element offset of output 0, and (experts) values per expert.
+#[derive(Clone, Copy)]
+pub struct Bias<'a> {
+    pub buf: &'a wgpu::Buffer,
+    pub offset: u32,
+    pub expert_stride: u32,
+}
+
+/// An RMSNorm folded into a decode product (product.wgsl): the norm's f32 weights start at
+/// element `offset` of `buf`; the product reads the norm's input as its x, or with `records`
+/// the norm's input times its weights as int8 records with each part's Σx² (XQ_NORM), which
+/// the kernel producing the input wrote (`Ops::moe_combine`).
+#[derive(Clone, Copy)]
+pub struct NormFold<'a> {
+    pub buf: &'a wgpu::Buffer,
+    pub offset: u32,
+    pub eps: f32,
+    pub records: Option<&'a XRecords>,
+}
+
+/// Work folded into a decode product: an RMSNorm of its input, and adding its results into a
+/// residual stream (`residual[i] += y[i]`, y still written). With a norm, `normed` also receives
+/// the norm's output itself (one vector, from element 0), for later products that read it whole.
+#[derive(Clone, Copy, Default)]
+pub struct Folds<'a> {
+    pub norm: Option<NormFold<'a>>,
+    pub residual: Option<&'a wgpu::Buffer>,
+    pub normed: Option<&'a wgpu::Buffer>,
+    /// x as int8 records that the kernel producing it wrote (`takes_records` weights, one
+    /// vector, no norm): the product reads them with no quantizing dispatch.
+    pub records: Option<&'a XRecords>,
+}
+
+/// The dispatch of one weight part: outputs j_lo..j_hi read stored rows from `row_base` of it.
+struct PartRange {
+    part: usize,
+    j_lo: usize,
+    j_hi: usize,
+    row_base: usize,
+}
+
+impl GpuWeight {
+    /// Stored rows (or, input-major, output columns) per matrix.
+    fn matrix_rows(&self, input_major: bool) -> usize {
+        if input_major {
+            self.cols
+        } else if self.shape.len() >= 2 {
+            self.shape[self.shape.len() - 2]
+        } else {
+            1
+        }
+    }
+
+    fn matrices(&self) -> usize {
+        let n = self.shape.len();
+        if n >= 3 {
+            self.shape[..n - 2].iter().product()
+        } else {
+            1
+        }
+    }
+
+    fn check_sel(&self, sel: &MatSel) -> GpuResult<()> {
+        let bad = |reason: String| {
+            Err(GpuError::Unsupported {
+                tensor: self.name.clone(),
+                reason,
+            })
+        };
+        let mrows = self.matrix_rows(sel.input_major);
+        let in_dim = if sel.input_major {
+            self.rows / self.matrices()
+        } else {
+            self.cols
+        };
+        if sel.input_major && (!self.dtype.is_float() || self.parts.len() != 1) {
+            return bad(format!(
+                "input-major {} split in {} parts",
+                self.dtype.name(),
+                self.parts.len()
+            ));
+        }
+        let last = sel.offset + sel.out_dim.saturating_sub(1) * sel.stride;
+        if sel.matrix >= self.matrices() || last >= mrows || sel.in_dim != in_dim || sel.stride == 0
+        {
+            return bad(format!("view {sel:?} of a {:?} weight", self.shape));
+        }
+        Ok(())
+    }
+
+    /// Per part, the outputs of `sel` whose stored rows it holds.
+    fn ranges(&self, sel: &MatSel) -> Vec<PartRange> {
+        let base = sel.matrix * self.matrix_rows(sel.input_major) + sel.offset;
+        let mut out = Vec::new();
+        for (i, p) in self.parts.iter().enumerate() {
+            let (first, end) = (p.first_row, p.first_row + p.rows);
+            let j_lo = if first > base {
+                (first - base).div_ceil(sel.stride)
+            } else {
+                0
+            };
+            let j_hi = if end > base {
+                (end - base).div_ceil(sel.stride).min(sel.out_dim)
+            } else {
+                0
+            };
+            if j_lo < j_hi {
+                out.push(PartRange {
+                    part: i,
+                    j_lo,
+                    j_hi,
+                    row_base: base + j_lo * sel.stride - first,
+                });
+            }
+        }
+        out
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct MultiParams {
+    rows0: u32,
+    rows1: u32,
+    rows2: u32,
+    cols: u32,
+    x_offset: u32,
+    groups_x: u32,
+    alpha: f32,
+    limit: f32,
+    norm_offset: u32,
+    eps: f32,
+    bias_offsets: [u32; 3],
+    row_base: [u32; 2],
+    row_stride: [u32; 2],
+    matrix_rows: u32,
+    bias_stride: u32,
+    x_stride: u32,
+    x_div: u32,
+    y_stride: u32,
+    expert_first: u32,
+    expert_count: u32,
+    xq_scales: u32,
+    xq_sq: u32,
+    _pad: [u32; 2],
+}
+
+impl MultiParams {
+    /// Parameters of one vector through whole weights: GLU rows read stored row r of each.
+    fn whole(rows: [u32; 3], cols: u32, x_offset: u32, groups_x: u32) -> MultiParams {
+        MultiParams {
+            rows0: rows[0],
+            rows1: rows[1],
+            rows2: rows[2],
+            cols,
+            x_offset,
+            groups_x,
+            alpha: 0.0,
+            limit: 0.0,
+            norm_offset: 0,
+            eps: 0.0,
+            bias_offsets: [0; 3],
+            row_base: [0; 2],
+            row_stride: [1; 2],
+            matrix_rows: 0,
+            bias_stride: 0,
+            x_stride: 0,
+            x_div: 1,
+            y_stride: 0,
+            expert_first: 0,
+            expert_count: 0,
+            xq_scales: 0,
+            xq_sq: 0,
+            _pad: [0; 2],
+        }
+    }
+}
+
+/// x as int8 records (x_quant.wgsl) for the int8 decode products: the buffer of its records
+/// and where their scales start in it (vec4s). The decode attention writes its output so
+/// (`Ops::writes_records`) for the product that reads it next (`Folds::records`).
+#[derive(Clone)]
+pub struct XRecords {
+    buf: wgpu::Buffer,
+    scales: u32,
+}
+
+impl XRecords {
+    /// The buffer holding the records, then their (scale, sum) pairs.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buf
+    }
+
+    /// Where the (scale, sum) pairs start in `buffer`, in records (16 bytes each).
+    pub fn scales(&self) -> u32 {
+        self.scales
+    }
+
+    /// Where the parts' Σx² start (XQ_NORM records of one vector), four per record.
+    pub fn sq_at(&self) -> u32 {
+        self.scales + self.scales / 2
+    }
+}
+
+/// What folds into a `matvec_multi.wgsl` product besides its weights and mode.
+#[derive(Clone, Copy)]
+struct MultiFlags {
+    norm: bool,
+    bias: bool,
+    experts: bool,
+    /// Int8 x (DOT_I8).
+    int8: bool,
+    /// The int8 records hold x times a norm's weights, with each part's Σx² (XQ_NORM).
+    xq_norm: bool,
+}
+
+pub struct Ops {
+    pub ctx: Arc<GpuContext>,
+    pipelines: Arc<Pipelines>,
+    /// Decode products' workgroup size and rows per workgroup.
+    product_shape: (u32, u32),
+    /// Parts in flight per lane: plain products, products reading two weights per part (GLU),
+    /// then both for E2M1 weights.
+    in_flight: (u32, u32, u32, u32),
+    /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads; None:
+    /// `rows_per_lane` chooses.
+    rows_per_lane: Option<u32>,
+    /// Decode products of Q4_0 and Q8_0 weights take int8 x (`GpuContext::int8_products`).
+    int8_products: bool,
+    /// ... those of at least this many outputs (INT8_MIN_OUTPUTS).
+    int8_min_outputs: u32,
+    /// The products' scratch buffers by name (the matrix-core product's f16 weights, f16
+    /// inputs and bias block; the int8 products' quantized x), shared by every product and
+    /// replaced by larger ones as needed: each product's dispatches keep the buffers they were
+    /// built with.
+    scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
+    /// Decode products of E2M1 weights in packed f16 (`Capabilities::packed_f16`).
+    packed_f16: bool,
+}
+
+/// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
+/// 128×2, 64×2, 256×2 and lanes per row chosen by row length (benches/GPU.md, entries 25 and
+/// 29): never slower by more than noise, up to 8 % faster.
+pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
+
+/// The fewest outputs of a decode product that takes int8 x. Its quantizing dispatch cost the
+/// H200 about what the int8 product saved on products of 2,048–5,632 rows (tinyllama decode
+/// 644 tok/s with and without; benches/GPU.md, entry 48), while the 201,088-row vocabulary
+/// product of gpt-oss ran 1.6× faster: so only vocabulary-sized products take it.
+pub const INT8_MIN_OUTPUTS: u32 = 16384;
+
+/// Parts whose loads a lane of a decode product issues together: plain products, and products
+/// reading two weights per part (GLU; entry 34).
+pub const IN_FLIGHT: (u32, u32) = (4, 2);
+
+/// ... for products of E2M1 weights (plain, GLU), whose parts take more registers to decode:
+/// one at a time ran gpt-oss's expert products fastest (benches/GPU.md, entry 57).
+pub const IN_FLIGHT_E2M1: (u32, u32) = (1, 1);
+
+/// Rows each lane of a plain decode product takes, by the product's outputs (rows × batch): its
+/// x values (and the folded norm's weights) are read once for all of them, which speeds up
+/// large products (32000 × 2048 Q4_0 by 18 % with 3) and slows small ones, whose fewer
+/// workgroups then each take longer (benches/GPU.md, entry 37).
+pub fn rows_per_lane(outputs: u32) -> u32 {
+    match outputs {
+        16384.. => 3,
+        8192.. => 2,
+        _ => 1,
+    }
+}
+
+impl Ops {
+    pub fn new(ctx: Arc<GpuContext>) -> Ops {
+        Ops {
+            packed_f16: ctx.caps.packed_f16,
+            pipelines: Arc::new(Pipelines::default()),
+            product_shape: PRODUCT_SHAPE,
+            in_flight: (IN_FLIGHT.0, IN_FLIGHT.1, IN_FLIGHT_E2M1.0, IN_FLIGHT_E2M1.1),
+            rows_per_lane: None,
+            int8_products: ctx.int8_products,
+            int8_min_outputs: INT8_MIN_OUTPUTS,
+            scratch: Mutex::new(HashMap::new()),
+            ctx,
+        }
+    }
+
+    /// Sets the decode products' workgroup size and rows per workgroup (both powers of two,
+    /// rows ≤ size / 4), for measuring shapes against each other.
+    pub fn set_product_shape(&mut self, wg: u32, rows: u32) {
+        self.product_shape = (wg, rows);
+    }
+
+    /// Sets how many parts a lane of a decode product loads at once (plain, GLU; for every
+    /// dtype), for measuring them against each other.
+    pub fn set_in_flight(&mut self, plain: u32, glu: u32) {
+        self.in_flight = (plain.max(1), glu.max(1), plain.max(1), glu.max(1));
+    }
+
+    /// Sets how many rows each lane of a plain decode product takes (1 to 3), for measuring
+    /// them against each other.
+    pub fn set_rows_per_lane(&mut self, rows: u32) {
+        self.rows_per_lane = Some(rows.clamp(1, 3));
+    }
+
+    /// Turns the int8 decode products of Q4_0 and Q8_0 weights on or off (f32 products, as
+    /// exact as the other dtypes').
+    pub fn set_int8_products(&mut self, on: bool) {
+        self.int8_products = on;
+    }
+
+    /// Sets the fewest outputs for which a decode product takes int8 x (tests and benches
+    /// check the int8 products at any size with 0).
+    pub fn set_int8_min_outputs(&mut self, outputs: u32) {
+        self.int8_min_outputs = outputs;
+    }
+
+    /// Whether a decode product of `outputs` results over `weights` takes int8 x (DOT_I8, x
+    /// quantized by a dispatch of its own before it): every weight Q4_0 or Q8_0, with `one_x`
+    /// (GLU) of one dtype, and enough outputs that the faster product pays for the quantizing
+    /// dispatch (INT8_MIN_OUTPUTS).
+    pub fn dot_i8(&self, weights: &[&GpuWeight], one_x: bool, outputs: u32) -> bool {
+        self.int8_weights(weights, one_x) && outputs >= self.int8_min_outputs
+    }
+
+    /// Whether int8 products are on and `weights` can take int8 x at all: every weight Q4_0
+    /// or Q8_0, and with `one_x` (GLU) of one dtype.
+    fn int8_weights(&self, weights: &[&GpuWeight], one_x: bool) -> bool {
+        self.int8_products
+            && weights
+                .iter()
+                .all(|w| matches!(w.dtype, DType::Q4_0 | DType::Q8_0))
+            && (!one_x || weights.iter().all(|w| w.dtype == weights[0].dtype))
+    }
+
+    /// Whether a gate/up/activation product over `weights` (folding a norm of its input with
+    /// `norm`) takes int8 x: as `dot_i8` for its outputs, or at any size when it folds a norm,
+    /// since the quantizing dispatch then applies the norm in place of the norm's own dispatch
+    /// that an f32 product of this kind runs before it (entry 43); so its int8 products cost no
+    /// extra dispatch (benches/GPU.md, entry 52).
+    pub fn glu_takes_int8(&self, weights: &[&GpuWeight], norm: bool) -> bool {
+        let rows = weights.first().map_or(0, |w| w.rows as u32);
+        self.int8_weights(weights, true) && (norm || rows >= self.int8_min_outputs)
+    }
+
+    /// Sets whether decode products of E2M1 weights multiply in packed f16 where the adapter
+    /// offers f16 (else in f32, as exact contexts do), for measuring or checking both.
+    pub fn set_packed_f16(&mut self, on: bool) {
+        self.packed_f16 = on && self.ctx.caps.f16;
+    }
+
+    /// Whether decode products of E2M1 weights multiply in packed f16.
+    pub fn packed_f16(&self) -> bool {
+        self.packed_f16
+    }
+
+    /// Whether a decode product of weights read through `decoders` takes them in packed f16:
+    /// E2M1 weights only, and no folded norm, whose raw x (before the division by its rms) may
+    /// exceed what f16 products hold.
+    fn takes_packed_f16(&self, decoders: &[&Defines], norm: bool) -> bool {
+        self.packed_f16 && !norm && decoders.iter().all(|d| d.contains_key("E2M1"))
+    }
+
+    fn pipeline(
+        &self,
+        file: &str,
+        defs: &Defines,
+        entry: &str,
+    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        self.pipelines.get(&self.ctx, file, defs, entry)
+    }
+
+    fn dispatch(
+        &self,
+        pipe: Arc<wgpu::ComputePipeline>,
+        entries: &[(u32, &wgpu::Buffer)],
+        groups: [u32; 3],
+    ) -> Dispatch {
+        let label = self.pipelines.label(&pipe);
+        Dispatch::new(&self.ctx, label, pipe, entries, groups)
+    }
+
+    /// Builds, on a background thread, pipelines a model's steps will use: the prefill tiles and
+    /// the embedding of the weight dtypes in `decoders` and, with no decoders, the fixed kernels,
+    /// so that compiling overlaps the weight upload. (Decode products depend on what folds into
+    /// them: the model's throwaway step at load builds those.)
+    pub fn warm_up(&self, decoders: &[Defines], kv_f16: bool) {
+        type Job = (&'static str, Defines, Vec<Defines>, &'static str);
+        let mut jobs: Vec<Job> = Vec::new();
+        let single = |file, d| (file, d, Vec::new(), "main");
+        for dec in decoders {
+            for tile in MatmulTile::ALL {
+                jobs.push(single("matmul.wgsl", tile.defines(dec.clone())));
+            }
+            if self.ctx.caps.matrix_cores {
+                jobs.push(single("coop_weights.wgsl", dec.clone()));
+            }
+            jobs.push(single("embed.wgsl", dec.clone()));
+        }
+        if decoders.is_empty() && self.ctx.caps.matrix_cores {
+            jobs.push(single("coop_inputs.wgsl", Defines::new()));
+            for rows in [COOP_BLOCK, 2 * COOP_BLOCK] {
+                jobs.push(single("matmul_coop.wgsl", coop_defines(rows, false).0));
+            }
+        }
+        if decoders.is_empty() {
+            for mode in ["PLAIN", "INPLACE", "RESIDUAL"] {
+                jobs.push(single("norm.wgsl", defines(&[(mode, String::new())])));
+            }
+            jobs.push(single("rope.wgsl", Defines::new()));
+            jobs.push(single("rope.wgsl", defines(&[("TWO", String::new())])));
+            let kv = if kv_f16 {
+                Defines::new()
+            } else {
+                defines(&[("KV_F32", String::new())])
+            };
+            for entry in [
+                "write_kv",
+                "rope_write",
+                "attend",
+                "combine",
+                "attend_tiled",
+            ] {
+                jobs.push(("attention.wgsl", kv.clone(), Vec::new(), entry));
+            }
+            for op in [Eltwise::Add, Eltwise::Copy, Eltwise::SwiGlu] {
+                jobs.push(single("elementwise.wgsl", Self::eltwise_defines(op)));
+            }
+            jobs.push(single("select.wgsl", Defines::new()));
+            jobs.push(single("select.wgsl", defines(&[("TOPK", String::new())])));
+        }
+        let (ctx, pipelines) = (self.ctx.clone(), self.pipelines.clone());
+        std::thread::spawn(move || {
+            for (file, d, weights, entry) in jobs {
+                pipelines.prepare(&ctx, file, &d, &weights, entry);
+            }
+        });
+    }
+
+    fn weight_defines(&self, w: &GpuWeight, sel: &MatSel) -> Defines {
+        let mut d = w.decoder();
+        if sel.input_major {
+            d.insert("INPUT_MAJOR".into(), String::new());
+            d.insert("IN_STRIDE".into(), format!("{}u", w.cols));
+        }
+        d
+    }
+
+    /// A products' scratch buffer of at least `bytes` (see `Ops::scratch`).
+    fn scratch_buffer(&self, name: &'static str, bytes: u64) -> wgpu::Buffer {
+        let mut bufs = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        match bufs.get(name) {
+            Some(b) if b.size() >= bytes => b.clone(),
+            _ => {
+                let b = self.ctx.storage(name, bytes.next_power_of_two());
+                bufs.insert(name, b.clone());
+                b
+            }
+        }
+    }
+
+    /// Room for `parts` int8 records (16 bytes each, then two parts' scales per 16 bytes, then
+    /// for XQ_NORM records of one vector four parts' Σx² per 16 bytes) in
+    /// the scratch buffer every int8 product shares: a product's quantization (or the kernel
+    /// writing its records) and its own dispatch follow each other, and wgpu orders
+    /// dispatches that write and read one buffer.
+    fn records_buffer(&self, parts: u32) -> XRecords {
+        let vec4s = parts + parts / 2 + parts.div_ceil(4);
+        XRecords {
+            buf: self.scratch_buffer("int8 x", vec4s as u64 * 16),
+            scales: parts,
+        }
+    }
+}

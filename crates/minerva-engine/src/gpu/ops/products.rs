@@ -1,0 +1,525 @@
+//! The decode products: `matvec` over one weight and `matvec_multi` over two or three in one
+//! dispatch, with folded norms and residuals, and the int8 quantization of their x.
+
+use super::{
+    grid2, rows_per_lane, Bias, Eltwise, ExpertSel, Folds, MatSel, MultiFlags, MultiParams,
+    NormFold, Ops, PartRange, Region, XRecords,
+};
+use crate::gpu::error::{GpuError, GpuResult};
+use crate::gpu::pipelines::Dispatch;
+use crate::gpu::shader::{defines, Defines};
+use crate::gpu::weights::{GpuWeight, WeightPart};
+use bytemuck::{Pod, Zeroable};
+use std::sync::Arc;
+
+/// Bindings of weight `i`'s buffers in `matvec_multi.wgsl` (its decoder instance's w0, w1, w2
+/// moved to 10·i on).
+pub(super) fn multi_weight_entries(i: usize, part: &WeightPart) -> Vec<(u32, &wgpu::Buffer)> {
+    part.buffers
+        .iter()
+        .enumerate()
+        .map(|(j, b)| (10 * i as u32 + j as u32, b))
+        .collect()
+}
+
+/// A product's dispatches behind the quantization of its x, if it has one.
+pub(super) fn with_quantization(
+    quantized: Option<QuantizedX>,
+    products: Vec<Dispatch>,
+) -> Vec<Dispatch> {
+    quantized
+        .and_then(|q| q.dispatch)
+        .into_iter()
+        .chain(products)
+        .collect()
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct MatvecParams {
+    rows: u32,
+    cols: u32,
+    row_base: u32,
+    row_stride: u32,
+    matrix_rows: u32,
+    bias_stride: u32,
+    x_offset: u32,
+    x_stride: u32,
+    x_div: u32,
+    y_offset: u32,
+    y_stride: u32,
+    expert_first: u32,
+    expert_count: u32,
+    groups_x: u32,
+    bias_offset: u32,
+    norm_offset: u32,
+    eps: f32,
+    xq_scales: u32,
+    xq_sq: u32,
+    _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct QuantizeParams {
+    cols: u32,
+    parts: u32,
+    x_offset: u32,
+    x_stride: u32,
+    scales: u32,
+    norm_offset: u32,
+    eps: f32,
+    _pad: u32,
+}
+
+/// How a decode product over several weights (`Ops::matvec_multi`) uses them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Multi {
+    /// Each weight's outputs into its own buffer (q, k, v).
+    Split,
+    /// act(W0·x, W1·x) into one buffer (gate, up): `Eltwise::SwiGlu` or `Eltwise::GluOss`.
+    Glu(Eltwise),
+}
+
+/// x quantized for an int8 decode product: the dispatch that writes it (`Ops::quantize_x`;
+/// none where the kernel producing x wrote the records) and the records.
+pub(super) struct QuantizedX {
+    dispatch: Option<Dispatch>,
+    records: XRecords,
+}
+
+impl QuantizedX {
+    /// Records another kernel wrote: nothing to dispatch.
+    fn given(records: &XRecords) -> QuantizedX {
+        QuantizedX {
+            dispatch: None,
+            records: records.clone(),
+        }
+    }
+}
+
+/// What a decode product binds as x: the records where x is quantized, else x itself.
+pub(super) fn x_binding<'a>(
+    quantized: &'a Option<QuantizedX>,
+    x: &'a wgpu::Buffer,
+) -> &'a wgpu::Buffer {
+    quantized.as_ref().map(|q| &q.records.buf).unwrap_or(x)
+}
+
+/// Where the records' scales start, for the kernels' `xq_scales` (0 without records).
+pub(super) fn xq_scales(quantized: &Option<QuantizedX>) -> u32 {
+    quantized.as_ref().map(|q| q.records.scales).unwrap_or(0)
+}
+
+/// Threads per workgroup of `quantize_x.wgsl` (WG there), one per part of 8 values.
+const QUANTIZE_WG: u32 = 64;
+
+impl Ops {
+    /// Workgroup shape of the decode products, and subgroup reductions where every subgroup
+    /// lies within one row's lanes.
+    fn product_defines(&self, glu: bool, e2m1: bool) -> Defines {
+        let (wg, rpw) = self.product_shape;
+        let tpr = wg / rpw;
+        let caps = self.ctx.caps;
+        let in_flight = match (glu, e2m1) {
+            (false, false) => self.in_flight.0,
+            (true, false) => self.in_flight.1,
+            (false, true) => self.in_flight.2,
+            (true, true) => self.in_flight.3,
+        };
+        let mut d = defines(&[
+            ("WG", format!("{wg}u")),
+            ("RPW", format!("{rpw}u")),
+            ("IN_FLIGHT", format!("{in_flight}u")),
+        ]);
+        if caps.subgroups && caps.subgroup_max <= tpr && tpr.is_multiple_of(caps.subgroup_max) {
+            d.insert("SUBGROUPS".into(), String::new());
+        }
+        d
+    }
+
+    fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool, rpl: u32) -> Defines {
+        let e2m1 = decoder.contains_key("E2M1");
+        let mut d = decoder;
+        d.extend(self.product_defines(false, e2m1));
+        d.insert("RPL".into(), format!("{rpl}u"));
+        if rpl > 1 {
+            d.insert("MULTI_ROW".into(), String::new());
+        }
+        if experts {
+            d.insert("MOE".into(), String::new());
+        }
+        if bias {
+            d.insert("BIAS".into(), String::new());
+        }
+        d
+    }
+
+    /// x quantized for the int8 decode products (quantize_x.wgsl): `vectors` vectors of `cols`
+    /// values from `x` (vector v at x.offset + v · x.stride), through the RMSNorm `norm` first.
+    /// The records go to a scratch buffer shared by every product: a product's quantization
+    /// and its own dispatch follow each other, and wgpu orders dispatches that write and read
+    /// one buffer.
+    pub(super) fn quantize_x(
+        &self,
+        x: Region,
+        cols: u32,
+        vectors: u32,
+        norm: Option<NormFold>,
+    ) -> GpuResult<QuantizedX> {
+        let mut d = defines(&[("DOT_I8", String::new()), ("XQ_OUT", String::new())]);
+        if norm.is_some() {
+            d.insert("NORM".into(), String::new());
+        }
+        let pipe = self.pipeline("quantize_x.wgsl", &d, "main")?;
+        let parts = cols.div_ceil(32) * 4;
+        let records = self.records_buffer(parts * vectors);
+        let params = QuantizeParams {
+            cols,
+            parts,
+            x_offset: x.offset,
+            x_stride: x.stride,
+            scales: records.scales,
+            norm_offset: norm.map(|n| n.offset).unwrap_or(0),
+            eps: norm.map(|n| n.eps).unwrap_or(0.0),
+            _pad: 0,
+        };
+        let ub = self.ctx.uniform("quantize params", &params);
+        let mut entries = vec![(0, x.buf), (1, &records.buf), (2, &ub)];
+        if let Some(n) = &norm {
+            entries.push((3, n.buf));
+        }
+        let groups = [parts.div_ceil(QUANTIZE_WG), vectors, 1];
+        let dispatch = self.dispatch(pipe, &entries, groups);
+        Ok(QuantizedX {
+            dispatch: Some(dispatch),
+            records,
+        })
+    }
+
+    /// Whether a decode product of `w` can read x as records another kernel wrote
+    /// (`Folds::records`).
+    pub fn takes_records(&self, w: &GpuWeight) -> bool {
+        self.int8_weights(&[w], false)
+    }
+
+    /// y[z] = W · x[z] (+ bias) for `batch` vectors over the outputs `sel` picks; with
+    /// `experts`, batch item z uses matrix ids[z] (and bias values ids[z] · expert_stride on).
+    #[allow(clippy::too_many_arguments)]
+    pub fn matvec(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        x: Region,
+        y: Region,
+        batch: u32,
+        bias: Option<Bias>,
+        experts: Option<ExpertSel>,
+        folds: Folds,
+    ) -> GpuResult<Vec<Dispatch>> {
+        w.check_sel(sel)?;
+        let rpl = self
+            .rows_per_lane
+            .unwrap_or_else(|| rows_per_lane(sel.out_dim as u32 * batch));
+        let mut d = self.matvec_defines(
+            self.weight_defines(w, sel),
+            experts.is_some(),
+            bias.is_some(),
+            rpl,
+        );
+        // The router's product, which writes the norm's output, reads x itself.
+        let outputs = sel.out_dim as u32 * batch.max(1);
+        let int8 = self.dot_i8(&[w], false, outputs) && folds.normed.is_none();
+        let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
+        // Records another kernel wrote: of x itself, or of the norm's input times its weights.
+        let normed_records = folds.norm.and_then(|n| n.records);
+        let given = folds.records.or(normed_records);
+        let quantized = if let Some(records) = given {
+            if !self.takes_records(w)
+                || batch != 1
+                || experts.is_some()
+                || folds.normed.is_some()
+                || (folds.records.is_some() && folds.norm.is_some())
+            {
+                return Err(GpuError::Unsupported {
+                    tensor: w.name.clone(),
+                    reason: "int8 records of x for a product that cannot take them".into(),
+                });
+            }
+            d.insert("DOT_I8".into(), String::new());
+            if normed_records.is_some() {
+                d.insert("XQ_NORM".into(), String::new());
+                d.insert("RMS".into(), String::new());
+            }
+            Some(QuantizedX::given(records))
+        } else if int8 {
+            d.insert("DOT_I8".into(), String::new());
+            let vectors = (batch.max(1) - 1) / x_div + 1;
+            Some(self.quantize_x(x, sel.in_dim as u32, vectors, folds.norm)?)
+        } else {
+            if folds.norm.is_some() {
+                d.insert("NORM".into(), String::new());
+                d.insert("RMS".into(), String::new());
+            }
+            if self.takes_packed_f16(&[&d], folds.norm.is_some()) {
+                d.insert("PACKED_F16".into(), String::new());
+            }
+            None
+        };
+        if folds.residual.is_some() {
+            d.insert("RESIDUAL".into(), String::new());
+        }
+        if folds.normed.is_some() {
+            if folds.norm.is_none() || batch != 1 || experts.is_some() {
+                return Err(GpuError::Unsupported {
+                    tensor: w.name.clone(),
+                    reason: "the norm's output written by a product without one vector's norm"
+                        .into(),
+                });
+            }
+            d.insert("NORM_OUT".into(), String::new());
+        }
+        let pipe = self.pipeline("matvec.wgsl", &d, "main")?;
+        let mrows = w.matrix_rows(sel.input_major);
+        // Stored rows per matrix (parts hold whole matrices when used with experts).
+        let stored = if sel.input_major { sel.in_dim } else { mrows }.max(1);
+        // Experts: every part runs every item and skips those whose matrix it does not hold.
+        let ranges = if experts.is_some() {
+            (0..w.parts.len())
+                .map(|i| PartRange {
+                    part: i,
+                    j_lo: 0,
+                    j_hi: sel.out_dim,
+                    row_base: sel.offset,
+                })
+                .collect()
+        } else {
+            w.ranges(sel)
+        };
+        let mut out = Vec::new();
+        for r in ranges {
+            let part = &w.parts[r.part];
+            let rows = (r.j_hi - r.j_lo) as u32;
+            let (gx, gy) = grid2(rows.div_ceil(self.product_shape.1 * rpl));
+            let params = MatvecParams {
+                rows,
+                cols: sel.in_dim as u32,
+                row_base: r.row_base as u32,
+                row_stride: sel.stride as u32,
+                matrix_rows: mrows as u32,
+                bias_stride: bias.map(|b| b.expert_stride).unwrap_or(0),
+                x_offset: x.offset,
+                x_stride: x.stride,
+                x_div,
+                y_offset: y.offset + r.j_lo as u32,
+                y_stride: y.stride,
+                expert_first: (part.first_row / stored) as u32,
+                expert_count: (part.rows / stored) as u32,
+                groups_x: gx,
+                bias_offset: bias.map(|b| b.offset).unwrap_or(0) + r.j_lo as u32,
+                norm_offset: folds.norm.map(|n| n.offset).unwrap_or(0),
+                eps: folds.norm.map(|n| n.eps).unwrap_or(0.0),
+                xq_scales: xq_scales(&quantized),
+                xq_sq: normed_records.map(|r| r.sq_at()).unwrap_or(0),
+                _pad: 0,
+            };
+            let ub = self.ctx.uniform("matvec params", &params);
+            let mut entries: Vec<(u32, &wgpu::Buffer)> = part
+                .buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (i as u32, b))
+                .collect();
+            let xbuf = x_binding(&quantized, x.buf);
+            entries.extend([(3, xbuf), (4, y.buf), (5, &ub)]);
+            if let Some(e) = &experts {
+                entries.push((6, e.ids));
+            }
+            if let Some(b) = &bias {
+                entries.push((7, b.buf));
+            }
+            if let (Some(n), None) = (&folds.norm, &quantized) {
+                entries.push((8, n.buf));
+            }
+            if let Some(r) = folds.residual {
+                entries.push((9, r));
+            }
+            if let Some(h) = folds.normed {
+                entries.push((10, h));
+            }
+            out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, batch]));
+        }
+        Ok(with_quantization(quantized, out))
+    }
+
+    /// One vector through two or three whole, unsplit weights with the same input width in one
+    /// dispatch (see `Multi`), behind the quantization of x where the weights take int8 x
+    /// (`dot_i8`); outputs start at offset 0 of their buffers.
+    pub fn matvec_multi(
+        &self,
+        weights: &[&GpuWeight],
+        x: Region,
+        outs: &[&wgpu::Buffer],
+        mode: Multi,
+        norm: Option<NormFold>,
+        biases: &[Bias],
+    ) -> GpuResult<Vec<Dispatch>> {
+        let bad = |reason: String| GpuError::Unsupported {
+            tensor: weights.first().map(|w| w.name.clone()).unwrap_or_default(),
+            reason,
+        };
+        let glu = matches!(mode, Multi::Glu(_));
+        let shape_ok = match mode {
+            Multi::Split => (2..=3).contains(&weights.len()) && outs.len() == weights.len(),
+            Multi::Glu(_) => {
+                weights.len() == 2 && outs.len() == 1 && weights[0].rows == weights[1].rows
+            }
+        };
+        let biases_ok = biases.is_empty() || biases.len() == weights.len();
+        if !shape_ok
+            || !biases_ok
+            || weights
+                .iter()
+                .any(|w| w.parts.len() != 1 || w.cols != weights[0].cols)
+        {
+            return Err(bad(format!("{} weights fused as {mode:?}", weights.len())));
+        }
+        let decoders: Vec<Defines> = weights.iter().map(|w| w.decoder()).collect();
+        let rows: u32 = if glu {
+            weights[0].rows as u32
+        } else {
+            weights.iter().map(|w| w.rows as u32).sum()
+        };
+        let given = norm.and_then(|n| n.records);
+        if given.is_some() && !self.int8_weights(weights, glu) {
+            return Err(bad(
+                "int8 records of x for weights that cannot take them".into()
+            ));
+        }
+        let int8 = if given.is_some() {
+            true
+        } else if glu {
+            self.glu_takes_int8(weights, norm.is_some())
+        } else {
+            self.dot_i8(weights, false, rows)
+        };
+        let cols = weights[0].cols as u32;
+        let eps = norm.map(|n| n.eps).unwrap_or(0.0);
+        let quantized = match given {
+            Some(records) => Some(QuantizedX::given(records)),
+            None if int8 => Some(self.quantize_x(x, cols, 1, norm)?),
+            None => None,
+        };
+        // With int8 x the quantization (or the records' writer) applied the norm's weights.
+        let norm = norm.filter(|_| !int8);
+        let flags = MultiFlags {
+            norm: norm.is_some(),
+            bias: !biases.is_empty(),
+            experts: false,
+            int8,
+            xq_norm: given.is_some(),
+        };
+        let pipe = self.multi_pipeline(decoders, mode, flags)?;
+        let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
+        let total = if glu { rows[0] } else { rows.iter().sum() };
+        let (gx, gy) = grid2(total.div_ceil(self.product_shape.1));
+        let used = [
+            rows[0],
+            if glu { 0 } else { rows[1] },
+            rows.get(2).copied().unwrap_or(0),
+        ];
+        let (alpha, limit) = match mode {
+            Multi::Glu(Eltwise::GluOss { alpha, limit }) => (alpha, limit),
+            _ => (0.0, 0.0),
+        };
+        let params = MultiParams {
+            alpha,
+            limit,
+            norm_offset: norm.map(|n| n.offset).unwrap_or(0),
+            eps,
+            bias_offsets: std::array::from_fn(|i| biases.get(i).map(|b| b.offset).unwrap_or(0)),
+            xq_scales: xq_scales(&quantized),
+            xq_sq: given.map(|r| r.sq_at()).unwrap_or(0),
+            ..MultiParams::whole(used, cols, x.offset, gx)
+        };
+        let ub = self.ctx.uniform("multi params", &params);
+        let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
+        for (i, w) in weights.iter().enumerate() {
+            entries.extend(multi_weight_entries(i, &w.parts[0]));
+        }
+        entries.push((30, x_binding(&quantized, x.buf)));
+        for (i, o) in outs.iter().enumerate() {
+            entries.push((31 + i as u32, o));
+        }
+        entries.push((34, &ub));
+        if let Some(n) = &norm {
+            entries.push((35, n.buf));
+        }
+        for (i, b) in biases.iter().enumerate() {
+            entries.push((36 + i as u32, b.buf));
+        }
+        let product = self.dispatch(pipe, &entries, [gx, gy, 1]);
+        Ok(with_quantization(quantized, vec![product]))
+    }
+
+    /// The pipeline of `matvec_multi.wgsl` for weights read through `decoders`.
+    pub(super) fn multi_pipeline(
+        &self,
+        mut decoders: Vec<Defines>,
+        mode: Multi,
+        flags: MultiFlags,
+    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        let glu = matches!(mode, Multi::Glu(_));
+        // E2M1's own count was measured for GLU products; q/k/v keep the plain one.
+        let e2m1 = glu && decoders.iter().all(|dec| dec.contains_key("E2M1"));
+        let mut d = self.product_defines(glu, e2m1);
+        if glu && self.takes_packed_f16(&decoders.iter().collect::<Vec<_>>(), flags.norm) {
+            // The kernel (common.wgsl: f16 on) and each weight's decoder (its half parts).
+            for dec in decoders.iter_mut().chain([&mut d]) {
+                dec.insert("PACKED_F16".into(), String::new());
+            }
+        }
+        let mut flag = |f: &str| d.insert(f.into(), String::new());
+        match mode {
+            Multi::Split => {
+                flag("SPLIT");
+                if decoders.len() == 3 {
+                    flag("THREE");
+                }
+            }
+            Multi::Glu(op) => {
+                flag("GLU");
+                if matches!(op, Eltwise::GluOss { .. }) {
+                    flag("OSS");
+                }
+            }
+        }
+        let MultiFlags {
+            norm,
+            bias,
+            experts,
+            int8,
+            xq_norm,
+        } = flags;
+        for (on, f) in [
+            (norm, "NORM"),
+            (norm || xq_norm, "RMS"),
+            (bias, "BIAS"),
+            (experts, "MOE"),
+            (int8, "DOT_I8"),
+            (xq_norm, "XQ_NORM"),
+        ] {
+            if on {
+                flag(f);
+            }
+        }
+        if int8 {
+            // The decoder instances define their int8 dot products.
+            for dec in &mut decoders {
+                dec.insert("DOT_I8".into(), String::new());
+            }
+        }
+        self.pipelines
+            .get_multi(&self.ctx, "matvec_multi.wgsl", &d, &decoders, "main")
+    }
+}

@@ -1,0 +1,563 @@
+//! GPU decode products with int8 x (DOT_I8) for Q4_0 and Q8_0 weights against the CPU, within
+//! the quantization of x: one weight, several in one dispatch (reading the MoE combine's
+//! records too), and expert products.
+
+mod gpu_common;
+
+use gpu_common::weights::*;
+use gpu_common::*;
+use minerva_engine::gpu::{
+    Bias, Eltwise, ExpertSel, Folds, GpuContext, GpuWeight, MatSel, Multi, NormFold, Ops, Region,
+};
+use minerva_formats::DType;
+use std::sync::Arc;
+
+/// What the int8 decode products (Q4_0, Q8_0 with x as two int8 terms) may differ from the
+/// exact product: each x value moves by at most s / 508, s = max|x| / 127 over its part (parts
+/// of 8 values: vec4s j and j + 4 of a unit, for every dtype), so row r by at most
+/// Σ_c |w[r][c]| · max|x of c's part| / 64516; 5 % more for the float rounding of the step and
+/// of x / s. One int8 term (up to s / 2 per value) is 127 times this and breaks it.
+fn int8_bounds(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let part_of = |c: usize| c / 32 * 4 + c % 16 / 4;
+    let mut amax = vec![0f32; cols / 8];
+    for (c, v) in x.iter().enumerate() {
+        amax[part_of(c)] = amax[part_of(c)].max(v.abs());
+    }
+    (0..rows)
+        .map(|r| {
+            let moved: f64 = (0..cols)
+                .map(|c| (w[r * cols + c].abs() * amax[part_of(c)]) as f64 / 64516.0)
+                .sum();
+            (moved * 1.05) as f32
+        })
+        .collect()
+}
+
+/// Asserts the int8 products' results lie within their bounds of the exact ones (with f32
+/// rounding), and are not bit for bit the f32 decode products' (`f32_got`): the int8 path ran.
+fn assert_int8_close(
+    what: &str,
+    got: &[f32],
+    f32_got: &[f32],
+    want: &[f32],
+    mag: &[f32],
+    bound: &[f32],
+) {
+    let f32_tol = |i: usize| 2e-5 * (1.0 + mag[i]);
+    for i in 0..got.len() {
+        assert!(
+            (got[i] - want[i]).abs() <= bound[i] + f32_tol(i) && got[i].is_finite(),
+            "{what}: element {i} is {}, expected {} within {} (terms' magnitude {})",
+            got[i],
+            want[i],
+            bound[i],
+            mag[i]
+        );
+    }
+    assert_ne!(got, f32_got, "{what}: int8 results as the f32 ones");
+}
+
+/// x of `cols` values with unit 1 all zero (parts whose step is 0).
+fn x_with_zero_unit(cols: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut x: Vec<f32> = rng.vec(cols).iter().map(|v| 2.0 * v + 0.3).collect();
+    x[32..64].fill(0.0);
+    x
+}
+
+/// Q4_0 and Q8_0 decode products with int8 x (DOT_I8) against the CPU: plain with 1 to 3 rows
+/// per lane, a bias, a batch of two vectors, the folded norm and residual add.
+#[test]
+fn int8_products_match_the_cpu_within_the_quantization_of_x() {
+    let Some(ctx) = shared() else { return };
+    let mut exact = Ops::new(ctx.clone());
+    let mut ops = Ops::new(ctx.clone());
+    ops.set_int8_products(true);
+    ops.set_int8_min_outputs(0);
+    let mut rng = Rng::new(21);
+    // 45 rows: not a multiple of the 4 · (1 to 3) rows of a workgroup. 2336 values are 73
+    // units: rows' lanes end on different parts of a unit; 2880 (gpt-oss) are 90, 360 parts,
+    // more than one workgroup of the quantization.
+    let rows = 45;
+    for dtype in [DType::Q4_0, DType::Q8_0] {
+        for cols in [96usize, 2336, 2880] {
+            let s = make(dtype, rows, cols, &mut rng);
+            let w_ref = s.reference().unwrap();
+            let w = GpuWeight::upload(&ctx, &s.view(vec![rows, cols]), 1).unwrap();
+            let xs = [
+                x_with_zero_unit(cols, &mut rng),
+                x_with_zero_unit(cols, &mut rng),
+            ];
+            let mut xv = vec![0f32; 3];
+            xv.extend(xs.iter().flatten());
+            let xb = ctx.storage_with("x", &xv);
+            let bias = rng.vec(rows + 5);
+            let bb = ctx.storage_with("bias", &bias);
+            let yb = ctx.storage("y", (2 * rows * 4) as u64);
+            // The two vectors' products into y: (dispatch labels, results).
+            let product = |ops: &Ops| {
+                let bias = Bias {
+                    buf: &bb,
+                    offset: 5,
+                    expert_stride: 0,
+                };
+                let xr = Region::new(&xb, 3, cols as u32);
+                let yr = Region::new(&yb, 0, rows as u32);
+                let d = ops
+                    .matvec(
+                        &w,
+                        &MatSel::whole(&w),
+                        xr,
+                        yr,
+                        2,
+                        Some(bias),
+                        None,
+                        Folds::default(),
+                    )
+                    .unwrap();
+                ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                let labels: Vec<_> = d.iter().map(|d| d.label.clone()).collect();
+                (labels, ctx.read_f32(&yb, 0, 2 * rows).unwrap())
+            };
+            for rpl in 1..=3 {
+                exact.set_rows_per_lane(rpl);
+                ops.set_rows_per_lane(rpl);
+                let (_, f32_ys) = product(&exact);
+                let (labels, ys) = product(&ops);
+                assert!(labels.iter().all(|l| l.ends_with(" int8")), "{labels:?}");
+                for (b, x) in xs.iter().enumerate() {
+                    let (mut want, mag) = cpu_matmul(&w_ref, x, rows, cols, 1);
+                    for (r, v) in want.iter_mut().enumerate() {
+                        *v += bias[5 + r];
+                    }
+                    let got = &ys[b * rows..(b + 1) * rows];
+                    let f32_got = &f32_ys[b * rows..(b + 1) * rows];
+                    let bound = int8_bounds(&w_ref, x, rows, cols);
+                    let what =
+                        format!("{} × {cols}, {rpl} rows per lane, vector {b}", dtype.name());
+                    assert_int8_close(&what, got, f32_got, &want, &mag, &bound);
+                }
+            }
+
+            // The norm folded in, adding into a residual stream.
+            let x = &xs[0];
+            let g = rng.vec(cols);
+            let eps = 1e-5;
+            let rms =
+                (x.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64 + eps as f64).sqrt();
+            let normed: Vec<f32> = (0..cols)
+                .map(|c| (x[c] as f64 * g[c] as f64 / rms) as f32)
+                .collect();
+            let gb = ctx.storage_with("norm weights", &g);
+            let resid0 = rng.vec(rows);
+            let rb = ctx.storage_with("residual", &resid0);
+            // The normed product into y and added into the residual stream resid0:
+            // (dispatch labels, results, residual stream).
+            let normed_product = |ops: &Ops| {
+                ctx.queue
+                    .write_buffer(&rb, 0, bytemuck::cast_slice(&resid0));
+                let folds = Folds {
+                    norm: Some(NormFold {
+                        buf: &gb,
+                        offset: 0,
+                        eps,
+                        records: None,
+                    }),
+                    residual: Some(&rb),
+                    normed: None,
+                    records: None,
+                };
+                let xr = Region::new(&xb, 3, cols as u32);
+                let yr = Region::new(&yb, 0, rows as u32);
+                let d = ops
+                    .matvec(&w, &MatSel::whole(&w), xr, yr, 1, None, None, folds)
+                    .unwrap();
+                ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                let y = ctx.read_f32(&yb, 0, rows).unwrap();
+                let labels: Vec<_> = d.iter().map(|d| d.label.clone()).collect();
+                (labels, y, ctx.read_f32(&rb, 0, rows).unwrap())
+            };
+            for rpl in [1, 3] {
+                exact.set_rows_per_lane(rpl);
+                ops.set_rows_per_lane(rpl);
+                let (_, f32_got, f32_resid) = normed_product(&exact);
+                let (labels, got, resid) = normed_product(&ops);
+                assert!(labels.iter().all(|l| l.ends_with(" int8")), "{labels:?}");
+                let (want, mag) = cpu_matmul(&w_ref, &normed, rows, cols, 1);
+                let bound = int8_bounds(&w_ref, &normed, rows, cols);
+                let what = format!("{} × {cols} normed, {rpl} rows per lane", dtype.name());
+                assert_int8_close(&what, &got, &f32_got, &want, &mag, &bound);
+                let with_resid: Vec<f32> = (0..rows).map(|r| resid0[r] + want[r]).collect();
+                let mag_resid: Vec<f32> = (0..rows).map(|r| mag[r] + resid0[r].abs()).collect();
+                assert_int8_close(
+                    &format!("{what}: residual"),
+                    &resid,
+                    &f32_resid,
+                    &with_resid,
+                    &mag_resid,
+                    &bound,
+                );
+            }
+        }
+    }
+}
+
+/// The int8 products of two and three weights in one dispatch: q/k/v-style split outputs of
+/// Q4_0 and Q8_0 weights (the norm folded in, biases added), and gate/up with SwiGLU or
+/// gpt-oss's clamped GLU; and that other dtypes, or a gate and up of different dtypes, keep the
+/// f32 products.
+#[test]
+fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
+    let Some(ctx) = shared() else { return };
+    let exact = Ops::new(ctx.clone());
+    let mut ops = Ops::new(ctx.clone());
+    ops.set_int8_products(true);
+    ops.set_int8_min_outputs(0);
+    let mut rng = Rng::new(22);
+    for cols in [96usize, 2336, 2880] {
+        let stored = [
+            make(DType::Q4_0, 45, cols, &mut rng),
+            make(DType::Q8_0, 13, cols, &mut rng),
+            make(DType::Q4_0, 7, cols, &mut rng),
+            make(DType::Q8_0, 45, cols, &mut rng),
+            make(DType::Q4_0, 45, cols, &mut rng),
+            make(DType::Q8_0, 45, cols, &mut rng),
+        ];
+        let (refs, ws) = references_and_uploads(&ctx, &stored);
+        let x = x_with_zero_unit(cols, &mut rng);
+        let eps = 1e-5;
+        let (gb, normed) = norm_weights(&ctx, &x, 1, eps, &mut rng);
+        let xb = ctx.storage_with("x", &x);
+        let norm = Some(NormFold {
+            buf: &gb,
+            offset: 1,
+            eps,
+            records: None,
+        });
+        let xr = Region::new(&xb, 0, 0);
+        // Exact products and the bounds of the int8 ones, of weight i against the normed x.
+        let products = |i: usize| {
+            let s = &stored[i];
+            let (want, mag) = cpu_matmul(&refs[i], &normed, s.rows, cols, 1);
+            let bound = int8_bounds(&refs[i], &normed, s.rows, cols);
+            (want, mag, bound)
+        };
+
+        let outs: Vec<wgpu::Buffer> = (0..3)
+            .map(|i| ctx.storage("y", (stored[i].rows * 4) as u64))
+            .collect();
+        let bias = rng.vec(120);
+        let bb = ctx.storage_with("biases", &bias);
+        let biases = [3u32, 50, 70].map(|offset| Bias {
+            buf: &bb,
+            offset,
+            expert_stride: 0,
+        });
+        // The split outputs folding `norm`: (dispatch labels, each output's results).
+        let split = |ops: &Ops, norm: Option<NormFold>| {
+            let d = ops
+                .matvec_multi(
+                    &[&ws[0], &ws[1], &ws[2]],
+                    xr,
+                    &[&outs[0], &outs[1], &outs[2]],
+                    Multi::Split,
+                    norm,
+                    &biases,
+                )
+                .unwrap();
+            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+            let ys: Vec<Vec<f32>> = (0..3)
+                .map(|i| ctx.read_f32(&outs[i], 0, stored[i].rows).unwrap())
+                .collect();
+            let labels: Vec<_> = d.iter().map(|d| d.label.clone()).collect();
+            (labels, ys)
+        };
+        let (_, f32_ys) = split(&exact, norm);
+        let check_split = |what: &str, ys: &[Vec<f32>]| {
+            for i in 0..3 {
+                let (mut want, mag, bound) = products(i);
+                for (r, v) in want.iter_mut().enumerate() {
+                    *v += bias[biases[i].offset as usize + r];
+                }
+                let what = format!("{cols} columns: split output {i}{what}");
+                assert_int8_close(&what, &ys[i], &f32_ys[i], &want, &mag, &bound);
+            }
+        };
+        let (labels, ys) = split(&ops, norm);
+        assert!(labels.iter().all(|l| l.ends_with(" int8")), "{labels:?}");
+        check_split("", &ys);
+
+        // The same products reading records that the MoE combine wrote: x as the residual
+        // stream, an expert output of zeros added into it, the norm's weights applied and each
+        // part's Σx² beside the records (XQ_NORM); then one weight alone, with 1 and 3 rows per
+        // lane (the vocabulary product after the last MoE block).
+        let records = ops
+            .combine_records(cols as u32, 1)
+            .expect("combine records");
+        let normed_records = norm.map(|n| NormFold {
+            records: Some(&records),
+            ..n
+        });
+        let zeros = ctx.storage_with("expert out", &vec![0f32; cols]);
+        let one = ctx.storage_with("routing weight", &[1f32]);
+        let combined = ctx.storage("combined", (cols * 4) as u64);
+        let rb = ctx.storage_with("residual", &x);
+        let c = ops
+            .moe_combine(
+                &zeros,
+                &one,
+                &combined,
+                cols as u32,
+                1,
+                1,
+                Some(&rb),
+                normed_records,
+            )
+            .unwrap();
+        ctx.submit(&[&c]).unwrap();
+        let (labels, ys) = split(&ops, normed_records);
+        assert_eq!(
+            labels.len(),
+            1,
+            "{cols} columns: a quantizing dispatch beside the records"
+        );
+        check_split(" from the combine's records", &ys);
+        for rpl in [1, 3] {
+            let mut one_weight = Ops::new(ctx.clone());
+            one_weight.set_int8_products(true);
+            one_weight.set_rows_per_lane(rpl);
+            let yb = ctx.storage("y", (45 * 4) as u64);
+            let folds = Folds {
+                norm: normed_records,
+                ..Folds::default()
+            };
+            let sel = MatSel::whole(&ws[3]);
+            let yr = Region::new(&yb, 0, 45);
+            let d = one_weight
+                .matvec(&ws[3], &sel, xr, yr, 1, None, None, folds)
+                .unwrap();
+            assert_eq!(
+                d.len(),
+                1,
+                "{cols} columns: a quantizing dispatch beside the records"
+            );
+            ctx.submit(&[&d[0]]).unwrap();
+            let got = ctx.read_f32(&yb, 0, 45).unwrap();
+            let d = exact
+                .matvec(
+                    &ws[3],
+                    &sel,
+                    xr,
+                    yr,
+                    1,
+                    None,
+                    None,
+                    Folds {
+                        norm,
+                        ..Folds::default()
+                    },
+                )
+                .unwrap();
+            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+            let f32_got = ctx.read_f32(&yb, 0, 45).unwrap();
+            let (want, mag, bound) = products(3);
+            let what = format!("{cols} columns: {rpl} rows per lane from the combine's records");
+            assert_int8_close(&what, &got, &f32_got, &want, &mag, &bound);
+        }
+
+        for (gate, up) in [(0, 4), (3, 5)] {
+            let (gt, gmag, gbound) = products(gate);
+            let (ut, umag, ubound) = products(up);
+            for op in [
+                Eltwise::SwiGlu,
+                Eltwise::GluOss {
+                    alpha: 1.702,
+                    limit: 7.0,
+                },
+            ] {
+                let yb = ctx.storage("act", (45 * 4) as u64);
+                let d = ops
+                    .matvec_multi(&[&ws[gate], &ws[up]], xr, &[&yb], Multi::Glu(op), norm, &[])
+                    .unwrap();
+                assert!(d.iter().all(|d| d.label.ends_with(" int8")));
+                ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                let got = ctx.read_f32(&yb, 0, 45).unwrap();
+                let d = exact
+                    .matvec_multi(&[&ws[gate], &ws[up]], xr, &[&yb], Multi::Glu(op), norm, &[])
+                    .unwrap();
+                ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                let f32_got = ctx.read_f32(&yb, 0, 45).unwrap();
+                assert_ne!(
+                    got, f32_got,
+                    "{cols} columns, {op:?}: int8 results as the f32 ones"
+                );
+                for r in 0..45 {
+                    let want = glu_reference(op, gt[r], ut[r]);
+                    // Both activations are f(g)·h(u) with |f'| ≤ 1.23, |f(g)| ≤ |g|, |h'| ≤ 1
+                    // and |h(u)| ≤ |u| + 1.
+                    let f32_tol = 1e-4 * (1.0 + gmag[r]) * (1.0 + umag[r]);
+                    let tol = 1.23 * gbound[r] * (ut[r].abs() + 1.0 + ubound[r])
+                        + (gt[r].abs() + gbound[r]) * ubound[r]
+                        + f32_tol;
+                    assert!(
+                        (got[r] - want).abs() <= tol,
+                        "{cols} columns, {} gate, {op:?} row {r}: {} vs {want} within {tol}",
+                        stored[gate].dtype.name(),
+                        got[r]
+                    );
+                }
+            }
+        }
+
+        // A gate and up of different dtypes, and other dtypes, keep the f32 products.
+        let yb = ctx.storage("act", (45 * 4) as u64);
+        let d = ops
+            .matvec_multi(
+                &[&ws[0], &ws[3]],
+                xr,
+                &[&yb],
+                Multi::Glu(Eltwise::SwiGlu),
+                None,
+                &[],
+            )
+            .unwrap();
+        assert!(!d.iter().any(|d| d.label.ends_with(" int8")));
+        let f16 = make(DType::F16, 5, cols, &mut rng);
+        let wf = GpuWeight::upload(&ctx, &f16.view(vec![5, cols]), 1).unwrap();
+        let d = ops
+            .matvec_multi(
+                &[&ws[0], &wf],
+                xr,
+                &[&outs[0], &outs[1]],
+                Multi::Split,
+                None,
+                &[],
+            )
+            .unwrap();
+        assert!(!d.iter().any(|d| d.label.ends_with(" int8")));
+    }
+}
+
+/// Int8 expert products (x quantized per vector, then the experts the ids pick): Q4_0 and Q8_0
+/// experts of 2880 columns (90 units), 19 rows (not a whole number of workgroups), whole and
+/// split into parts of whole experts; items reading one vector per token (gate/up style, k = 2)
+/// and one vector each (down style, from an unaligned offset); and gate, up and SwiGLU in one
+/// product.
+#[test]
+fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
+    if shared().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(23);
+    let (experts, rows, cols) = (5usize, 19usize, 2880usize);
+    let ids: Vec<u32> = vec![4, 1, 0, 4];
+    for dtype in [DType::Q4_0, DType::Q8_0] {
+        let gate = make(dtype, experts * rows, cols, &mut rng);
+        let up = make(dtype, experts * rows, cols, &mut rng);
+        let refs = [gate.reference().unwrap(), up.reference().unwrap()];
+        let mut xv = vec![0f32; 3];
+        xv.extend(rng.vec(ids.len() * cols));
+        let x = &xv[3..];
+        for split in [false, true] {
+            let mut ctx = GpuContext::new(&exact()).unwrap();
+            if split {
+                let widest = gate.bufs.iter().map(|b| b.len() / (experts * rows)).max();
+                ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
+            }
+            let ctx = Arc::new(ctx);
+            let exact_ops = Ops::new(ctx.clone());
+            let mut ops = Ops::new(ctx.clone());
+            ops.set_int8_products(true);
+            ops.set_int8_min_outputs(0);
+            let upload = |s: &Stored| {
+                GpuWeight::upload(&ctx, &s.view(vec![experts, rows, cols]), rows).unwrap()
+            };
+            let (gw, uw) = (upload(&gate), upload(&up));
+            assert_eq!(gw.parts.len(), if split { 3 } else { 1 });
+            let all = MatSel {
+                matrix: 0,
+                offset: 0,
+                stride: 1,
+                out_dim: rows,
+                in_dim: cols,
+                input_major: false,
+            };
+            let (xb, ib) = (ctx.storage_with("x", &xv), ctx.storage_with("ids", &ids));
+            let yb = ctx.storage("y", (ids.len() * rows * 4) as u64);
+            let xr = Region::new(&xb, 3, cols as u32);
+            let yr = Region::new(&yb, 0, rows as u32);
+            // Expert e's row j of weight `which` against the vector item z reads.
+            let exact_row = |which: usize, e: usize, j: usize, xz: &[f32]| {
+                let r = e * rows + j;
+                let w = &refs[which][r * cols..(r + 1) * cols];
+                let (want, mag) = cpu_matmul(w, xz, 1, cols, 1);
+                (want[0], mag[0], int8_bounds(w, xz, 1, cols)[0])
+            };
+            for x_div in [2usize, 1] {
+                let sel = ExpertSel {
+                    ids: &ib,
+                    x_div: x_div as u32,
+                };
+                let run = |ops: &Ops| {
+                    let n = ids.len() as u32;
+                    let d = ops
+                        .matvec(&gw, &all, xr, yr, n, None, Some(sel), Folds::default())
+                        .unwrap();
+                    ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                    let labels: Vec<_> = d.iter().map(|d| d.label.clone()).collect();
+                    (labels, ctx.read_f32(&yb, 0, ids.len() * rows).unwrap())
+                };
+                let (_, f32_got) = run(&exact_ops);
+                let (labels, got) = run(&ops);
+                assert!(labels.iter().all(|l| l.ends_with(" int8")), "{labels:?}");
+                for (z, &e) in ids.iter().enumerate() {
+                    let xz = &x[(z / x_div) * cols..(z / x_div + 1) * cols];
+                    let rowwise: Vec<_> =
+                        (0..rows).map(|j| exact_row(0, e as usize, j, xz)).collect();
+                    let at = z * rows..(z + 1) * rows;
+                    assert_int8_close(
+                        &format!("{} split={split} x_div {x_div} item {z}", dtype.name()),
+                        &got[at.clone()],
+                        &f32_got[at],
+                        &rowwise.iter().map(|r| r.0).collect::<Vec<_>>(),
+                        &rowwise.iter().map(|r| r.1).collect::<Vec<_>>(),
+                        &rowwise.iter().map(|r| r.2).collect::<Vec<_>>(),
+                    );
+                }
+            }
+
+            let d = ops
+                .matvec_glu_experts(
+                    [&gw, &uw],
+                    [&all, &all],
+                    xr,
+                    yr,
+                    ids.len() as u32,
+                    Eltwise::SwiGlu,
+                    None,
+                    ExpertSel { ids: &ib, x_div: 2 },
+                )
+                .unwrap();
+            assert!(d.iter().all(|d| d.label.ends_with(" int8")));
+            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+            let got = ctx.read_f32(&yb, 0, ids.len() * rows).unwrap();
+            for (z, &e) in ids.iter().enumerate() {
+                let xz = &x[(z / 2) * cols..(z / 2 + 1) * cols];
+                for j in 0..rows {
+                    let (g, gmag, gbound) = exact_row(0, e as usize, j, xz);
+                    let (u, umag, ubound) = exact_row(1, e as usize, j, xz);
+                    let want = g / (1.0 + (-g).exp()) * u;
+                    // As in the fused int8 products' test.
+                    let tol = 1.23 * gbound * (u.abs() + 1.0 + ubound)
+                        + (g.abs() + gbound) * ubound
+                        + 1e-4 * (1.0 + gmag) * (1.0 + umag);
+                    let have = got[z * rows + j];
+                    assert!(
+                        (have - want).abs() <= tol,
+                        "{} split={split} gate/up item {z} row {j}: {have} vs {want} within {tol}",
+                        dtype.name()
+                    );
+                }
+            }
+        }
+    }
+}

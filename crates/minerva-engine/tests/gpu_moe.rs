@@ -1,0 +1,648 @@
+//! GPU mixture-of-experts kernels against the CPU: expert products reading their expert ids
+//! from the GPU (decode matvec, gate, up and activation in one product, and the grouped
+//! prefill product after `moe_group`), routing (ties, k = E, many tokens) and combining.
+
+mod gpu_common;
+
+use gpu_common::activations::*;
+use gpu_common::weights::*;
+use gpu_common::*;
+use minerva_engine::backend::Routing;
+use minerva_engine::cpu::route;
+use minerva_engine::gpu::ops::MATMUL_TOKENS;
+use minerva_engine::gpu::{
+    moe_max_tiles, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext, GpuWeight, MatSel,
+    NormFold, Ops, Region,
+};
+use minerva_formats::DType;
+use std::sync::Arc;
+
+#[test]
+fn expert_matvec_reads_expert_ids_from_the_gpu() {
+    if shared().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(3);
+    let (experts, rows, cols) = (5usize, 19usize, 64usize);
+    let s = make(DType::Q8_0, experts * rows, cols, &mut rng);
+    let w_ref = s.reference().unwrap();
+    let bias = rng.vec(experts * rows);
+    // Whole experts per part: a limit of 2 experts' rows splits 5 experts into 3 parts.
+    for limit in [None, Some(2 * rows * 68 + 4)] {
+        let mut ctx = GpuContext::new(&exact()).unwrap();
+        if let Some(l) = limit {
+            ctx.caps.max_binding = l as u64;
+        }
+        let ctx = Arc::new(ctx);
+        let ops = Ops::new(ctx.clone());
+        let w = GpuWeight::upload(&ctx, &s.view(vec![experts, rows, cols]), rows).unwrap();
+        assert_eq!(w.parts.len(), if limit.is_some() { 3 } else { 1 });
+        // Two tokens, two experts each; gate/up style: item z reads token z / 2.
+        let ids: Vec<u32> = vec![4, 1, 0, 4];
+        let x = rng.vec(2 * cols);
+        let (xb, ib, bb) = (
+            ctx.storage_with("x", &x),
+            ctx.storage_with("ids", &ids),
+            ctx.storage_with("bias", &bias),
+        );
+        let yb = ctx.storage("y", (4 * rows * 4) as u64);
+        let sel = ExpertSel { ids: &ib, x_div: 2 };
+        let bias_sel = Bias {
+            buf: &bb,
+            offset: 0,
+            expert_stride: rows as u32,
+        };
+        let all = MatSel {
+            matrix: 0,
+            offset: 0,
+            stride: 1,
+            out_dim: rows,
+            in_dim: cols,
+            input_major: false,
+        };
+        let d = ops
+            .matvec(
+                &w,
+                &all,
+                Region::new(&xb, 0, cols as u32),
+                Region::new(&yb, 0, rows as u32),
+                4,
+                Some(bias_sel),
+                Some(sel),
+                Folds::default(),
+            )
+            .unwrap();
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+        let got = ctx.read_f32(&yb, 0, 4 * rows).unwrap();
+        for (z, &e) in ids.iter().enumerate() {
+            let e = e as usize;
+            let wslice = &w_ref[e * rows * cols..(e + 1) * rows * cols];
+            let (mut want, mag) = cpu_matmul(
+                wslice,
+                &x[(z / 2) * cols..(z / 2 + 1) * cols],
+                rows,
+                cols,
+                1,
+            );
+            for (r, v) in want.iter_mut().enumerate() {
+                *v += bias[e * rows + r];
+            }
+            assert_dots_close(
+                &format!("expert item {z}"),
+                &got[z * rows..(z + 1) * rows],
+                &want,
+                &mag,
+                2e-5,
+            );
+        }
+    }
+}
+
+/// Expert ids for `tokens` tokens, k = 2 distinct experts each: every token's first choice is
+/// expert 1 when `all_one`, else random; expert 3 is never chosen.
+fn expert_ids(tokens: usize, all_one: bool, rng: &mut Rng) -> Vec<u32> {
+    let pool = [0u32, 1, 2, 4];
+    let mut ids = Vec::new();
+    for _ in 0..tokens {
+        let a = if all_one {
+            1
+        } else {
+            pool[rng.below(4) as usize]
+        };
+        let mut b = pool[rng.below(4) as usize];
+        while b == a {
+            b = pool[rng.below(4) as usize];
+        }
+        ids.extend([a, b]);
+    }
+    ids
+}
+
+/// Checks the grouping of `ids`: every item listed once, each tile within one expert's items
+/// and at most a tile long.
+fn check_groups(ids: &[u32], order: &[u32], tiles: &[u32], tile_tokens: u32) {
+    let mut seen = vec![0; ids.len()];
+    for t in tiles.chunks(4) {
+        let (e, first, count) = (t[0], t[1] as usize, t[2]);
+        assert!(count <= tile_tokens, "tile {t:?} too long");
+        for &item in &order[first..first + count as usize] {
+            assert_eq!(ids[item as usize], e, "item {item} in a tile of expert {e}");
+            seen[item as usize] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&c| c == 1), "items listed {seen:?} times");
+}
+
+/// The prefill expert product: the items grouped by expert on the GPU (`moe_group`), then the
+/// tiled kernel over each expert's items, against the CPU item by item: 1, 3, 37 and 130 tokens,
+/// every token picking one expert, an expert nobody picks, experts split across parts, expert
+/// biases, an interleaved (gate_up-style) view over 71 outputs, and gate/up-style (item reads
+/// token i / k) and down-style (item reads row i) inputs.
+#[test]
+fn grouped_expert_matmul_matches_the_cpu() {
+    if shared().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(8);
+    let (experts, k, stored, cols) = (5usize, 2usize, 142usize, 64usize);
+    let sel = MatSel {
+        matrix: 0,
+        offset: 1,
+        stride: 2,
+        out_dim: stored / 2,
+        in_dim: cols,
+        input_major: false,
+    };
+    let rows = sel.out_dim;
+    let bias = rng.vec(experts * rows);
+    for dtype in [DType::Q8_0, DType::HfMxfp4] {
+        let s = make(dtype, experts * stored, cols, &mut rng);
+        let w_ref = s.reference().unwrap();
+        let widest = s
+            .bufs
+            .iter()
+            .map(|b| b.len() / (experts * stored))
+            .max()
+            .unwrap();
+        // Whole experts per part: a limit of 2 experts' rows splits 5 experts into 3 parts.
+        for limit in [None, Some(2 * stored * widest + 4)] {
+            let mut ctx = GpuContext::new(&exact()).unwrap();
+            if let Some(l) = limit {
+                ctx.caps.max_binding = l as u64;
+            }
+            let ctx = Arc::new(ctx);
+            let ops = Ops::new(ctx.clone());
+            let w = GpuWeight::upload(&ctx, &s.view(vec![experts, stored, cols]), stored).unwrap();
+            assert_eq!(w.parts.len(), if limit.is_some() { 3 } else { 1 });
+            let bb = ctx.storage_with("bias", &bias);
+            for (tokens, all_one) in [(1, false), (3, false), (37, true), (130, false)] {
+                let items = tokens * k;
+                let ids = expert_ids(tokens, all_one, &mut rng);
+                let ib = ctx.storage_with("ids", &ids);
+                let max_tiles = moe_max_tiles(items as u32, experts as u32);
+                let ob = ctx.storage("order", (items * 4) as u64);
+                let tb = ctx.storage("tiles", max_tiles as u64 * 16);
+                let g = ops
+                    .moe_group(&ib, experts as u32, k as u32, tokens as u32, &ob, &tb)
+                    .unwrap();
+                ctx.submit(&[&g]).unwrap();
+                check_groups(
+                    &ids,
+                    &ctx.read_u32(&ob, 0, items).unwrap(),
+                    &ctx.read_u32(&tb, 0, max_tiles as usize * 4).unwrap(),
+                    MATMUL_TOKENS,
+                );
+                for x_div in [k, 1] {
+                    let x = rng.vec(items / x_div * cols);
+                    let xb = ctx.storage_with("x", &x);
+                    let yb = ctx.storage("y", (items * rows * 4) as u64);
+                    let d = ops
+                        .matmul_experts(
+                            &w,
+                            &sel,
+                            Region::new(&xb, 0, cols as u32),
+                            Region::new(&yb, 0, rows as u32),
+                            Some(Bias {
+                                buf: &bb,
+                                offset: 0,
+                                expert_stride: rows as u32,
+                            }),
+                            ExpertTiles {
+                                order: &ob,
+                                tiles: &tb,
+                                max_tiles,
+                                x_div: x_div as u32,
+                            },
+                        )
+                        .unwrap();
+                    ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                    let got = ctx.read_f32(&yb, 0, items * rows).unwrap();
+                    for (i, &e) in ids.iter().enumerate() {
+                        let e = e as usize;
+                        let wsel: Vec<f32> = (0..rows)
+                            .flat_map(|j| {
+                                let r = e * stored + 1 + 2 * j;
+                                w_ref[r * cols..(r + 1) * cols].to_vec()
+                            })
+                            .collect();
+                        let xi = &x[(i / x_div) * cols..(i / x_div + 1) * cols];
+                        let (mut want, mag) = cpu_matmul(&wsel, xi, rows, cols, 1);
+                        for (j, v) in want.iter_mut().enumerate() {
+                            *v += bias[e * rows + j];
+                        }
+                        assert_dots_close(
+                            &format!(
+                                "{} {tokens} tokens, x_div {x_div}, parts {}, item {i}",
+                                dtype.name(),
+                                w.parts.len()
+                            ),
+                            &got[i * rows..(i + 1) * rows],
+                            &want,
+                            &mag,
+                            2e-5,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A gate/up layout of expert weights: its name, the two weights and views, and where output j
+/// of expert e is stored for each (the reference's index and row).
+type Layout<'a> = (
+    &'static str,
+    [&'a GpuWeight; 2],
+    [MatSel; 2],
+    &'a dyn Fn(usize, usize) -> [(usize, usize); 2],
+);
+
+/// act(G_e·x + bg_e, U_e·x + bu_e) of the expert each item picks on the GPU, in one product:
+/// GGUF MXFP4, MLX/HF MXFP4 and Q8_0 experts; separate gate and up weights and one interleaved
+/// gate_up weight (gpt-oss Hugging Face); whole and split into parts of whole experts (items
+/// whose experts lie in different parts); with and without biases; both activations; 19 rows
+/// (not a whole number of workgroups) and rows of 73 units.
+#[test]
+fn expert_gate_up_and_activation_in_one_product() {
+    let cases = [
+        (DType::MXFP4, 96usize),
+        (DType::HfMxfp4, 2336),
+        (DType::Q8_0, 64),
+    ];
+    check_glu_experts(&cases, false, 1e-4);
+}
+
+/// The same with the products in packed f16 where the adapter offers f16: GGUF, HF and MLX
+/// MXFP4 experts, rows of gpt-oss's 2880 values (90 units). Each product within f16's bound
+/// (`TOL_F16_INPUTS` of its terms' magnitude); the activation's error is about |u| times the
+/// gate's plus |act/u| times the up's, hence twice that bound of the product of magnitudes.
+#[test]
+fn packed_f16_expert_gate_up_and_activation() {
+    let cases = [
+        (DType::MXFP4, 2880usize),
+        (DType::HfMxfp4, 2880),
+        (DType::MlxMxfp4, 96),
+    ];
+    check_glu_experts(&cases, true, 2.0 * TOL_F16_INPUTS);
+}
+
+/// `Ops::matvec_glu_experts` for the weight dtypes and row lengths of `cases` against the CPU,
+/// in packed f16 (where offered) or in f32, within tol · (1 + Σ|g·x|) · (1 + Σ|u·x|).
+fn check_glu_experts(cases: &[(DType, usize)], packed: bool, tol: f32) {
+    if shared().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(12);
+    let (experts, rows, k) = (5usize, 19usize, 2usize);
+    // Two tokens, two experts each: item z reads token z / k.
+    let ids: Vec<u32> = vec![4, 1, 0, 4];
+    for &(dtype, cols) in cases {
+        // Separate weights [E, rows, cols], and one [E, 2·rows, cols] with gate at even rows.
+        let gate = make(dtype, experts * rows, cols, &mut rng);
+        let up = make(dtype, experts * rows, cols, &mut rng);
+        let fused = make(dtype, experts * 2 * rows, cols, &mut rng);
+        let x = rng.vec(2 * cols);
+        let bg = rng.vec(experts * rows + 3);
+        let bu = rng.vec(experts * rows + 3);
+        for split in [false, true] {
+            let mut ctx = GpuContext::new(&exact()).unwrap();
+            if split {
+                // Two experts' rows of the separate weights per part: 3 parts each.
+                let widest = gate.bufs.iter().map(|b| b.len() / (experts * rows)).max();
+                ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
+            }
+            let ctx = Arc::new(ctx);
+            let mut ops = Ops::new(ctx.clone());
+            ops.set_packed_f16(packed);
+            assert_eq!(ops.packed_f16(), packed && ctx.caps.f16);
+            let upload = |s: &Stored, stored: usize| {
+                let w = GpuWeight::upload(&ctx, &s.view(vec![experts, stored, cols]), stored);
+                w.unwrap()
+            };
+            let (gw, uw, fw) = (
+                upload(&gate, rows),
+                upload(&up, rows),
+                upload(&fused, 2 * rows),
+            );
+            let parts = if split { 3 } else { 1 };
+            assert_eq!((gw.parts.len(), uw.parts.len()), (parts, parts));
+            let view = |offset: usize, stride: usize| MatSel {
+                matrix: 0,
+                offset,
+                stride,
+                out_dim: rows,
+                in_dim: cols,
+                input_major: false,
+            };
+            let refs = [gate.reference(), up.reference(), fused.reference()].map(Option::unwrap);
+            // Stored rows of gate and up output j of expert e: (reference, row) each.
+            let separate = |e: usize, j: usize| [(0, e * rows + j), (1, e * rows + j)];
+            let interleaved =
+                |e: usize, j: usize| [(2, e * 2 * rows + 2 * j), (2, e * 2 * rows + 2 * j + 1)];
+            let layouts: [Layout; 2] = [
+                ("separate", [&gw, &uw], [view(0, 1), view(0, 1)], &separate),
+                (
+                    "interleaved",
+                    [&fw, &fw],
+                    [view(0, 2), view(1, 2)],
+                    &interleaved,
+                ),
+            ];
+            let (xb, ib) = (ctx.storage_with("x", &x), ctx.storage_with("ids", &ids));
+            let (bgb, bub) = (ctx.storage_with("bg", &bg), ctx.storage_with("bu", &bu));
+            for (name, weights, sels, rows_of) in layouts {
+                for biased in [true, false] {
+                    for act in [
+                        Eltwise::SwiGlu,
+                        Eltwise::GluOss {
+                            alpha: 1.702,
+                            limit: 7.0,
+                        },
+                    ] {
+                        // Output rows padded by 2 per item.
+                        let yb = ctx.storage("y", (ids.len() * (rows + 2) * 4) as u64);
+                        let biases = biased.then(|| {
+                            [(&bgb, 3), (&bub, 1)].map(|(buf, offset)| Bias {
+                                buf,
+                                offset,
+                                expert_stride: rows as u32,
+                            })
+                        });
+                        let d = ops
+                            .matvec_glu_experts(
+                                weights,
+                                [&sels[0], &sels[1]],
+                                Region::new(&xb, 0, cols as u32),
+                                Region::new(&yb, 0, rows as u32 + 2),
+                                ids.len() as u32,
+                                act,
+                                biases,
+                                ExpertSel {
+                                    ids: &ib,
+                                    x_div: k as u32,
+                                },
+                            )
+                            .unwrap();
+                        assert_eq!(
+                            d.len(),
+                            if name == "separate" {
+                                parts
+                            } else {
+                                fw.parts.len()
+                            }
+                        );
+                        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+                        let got = ctx.read_f32(&yb, 0, ids.len() * (rows + 2)).unwrap();
+                        for (z, &e) in ids.iter().enumerate() {
+                            let e = e as usize;
+                            let xz = &x[(z / k) * cols..(z / k + 1) * cols];
+                            for j in 0..rows {
+                                let [(wg, rg), (wu, ru)] = rows_of(e, j);
+                                let dot = |w: usize, r: usize| {
+                                    cpu_matmul(&refs[w][r * cols..(r + 1) * cols], xz, 1, cols, 1)
+                                };
+                                let (g, u) = (dot(wg, rg), dot(wu, ru));
+                                let (mut gv, mut uv) = (g.0[0], u.0[0]);
+                                if biased {
+                                    gv += bg[3 + e * rows + j];
+                                    uv += bu[1 + e * rows + j];
+                                }
+                                let want = match act {
+                                    Eltwise::SwiGlu => gv / (1.0 + (-gv).exp()) * uv,
+                                    _ => {
+                                        let gc = gv.min(7.0);
+                                        (uv.clamp(-7.0, 7.0) + 1.0) * gc
+                                            / (1.0 + (-1.702 * gc).exp())
+                                    }
+                                };
+                                let have = got[z * (rows + 2) + j];
+                                let tol = tol * (1.0 + g.1[0]) * (1.0 + u.1[0]);
+                                assert!(
+                                    (have - want).abs() <= tol,
+                                    "{} {name} split={split} bias={biased} {act:?} packed={packed} item {z} row {j}: {have} vs {want}",
+                                    dtype.name()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn moe_route_and_combine() {
+    let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(14);
+    let (experts, k, tokens, n) = (9usize, 3usize, 4usize, 33usize);
+    let logits = rng.vec(tokens * experts);
+    let lb = ctx.storage_with("logits", &logits);
+    for renorm in [true, false] {
+        let (ib, wb) = (
+            ctx.storage("ids", (tokens * k * 4) as u64),
+            ctx.storage("w", (tokens * k * 4) as u64),
+        );
+        let d = ops
+            .moe_route(
+                &lb,
+                0,
+                experts as u32,
+                k as u32,
+                tokens as u32,
+                renorm,
+                &ib,
+                &wb,
+            )
+            .unwrap();
+        run(&ctx, &[&d]);
+        let ids = ctx.read_u32(&ib, 0, tokens * k).unwrap();
+        let ws = ctx.read_f32(&wb, 0, tokens * k).unwrap();
+        for t in 0..tokens {
+            let row = &logits[t * experts..(t + 1) * experts];
+            let mut order: Vec<usize> = (0..experts).collect();
+            order.sort_by(|a, b| row[*b].total_cmp(&row[*a]));
+            let m = row[order[0]];
+            let all: f32 = row.iter().map(|v| (v - m).exp()).sum();
+            let chosen: f32 = order[..k].iter().map(|&e| (row[e] - m).exp()).sum();
+            for s in 0..k {
+                assert_eq!(ids[t * k + s] as usize, order[s], "token {t} slot {s}");
+                let want = (row[order[s]] - m).exp() / if renorm { chosen } else { all };
+                assert!(
+                    (ws[t * k + s] - want).abs() < 1e-5,
+                    "weight {t},{s}: {} vs {want}",
+                    ws[t * k + s]
+                );
+            }
+        }
+        let outs = rng.vec(tokens * k * n);
+        let ob = ctx.storage_with("expert out", &outs);
+        let yb = ctx.storage("y", (tokens * n * 4) as u64);
+        let d = ops
+            .moe_combine(&ob, &wb, &yb, n as u32, k as u32, tokens as u32, None, None)
+            .unwrap();
+        run(&ctx, &[&d]);
+        let want: Vec<f32> = (0..tokens * n)
+            .map(|i| {
+                (0..k)
+                    .map(|s| ws[(i / n) * k + s] * outs[((i / n) * k + s) * n + i % n])
+                    .sum()
+            })
+            .collect();
+        assert_close(
+            "moe combine",
+            &ctx.read_f32(&yb, 0, tokens * n).unwrap(),
+            &want,
+            1e-5,
+        );
+
+        // With a residual stream: y as before, and the same sums added into it.
+        let resid = rng.vec(tokens * n);
+        let rb = ctx.storage_with("resid", &resid);
+        let d = ops
+            .moe_combine(
+                &ob,
+                &wb,
+                &yb,
+                n as u32,
+                k as u32,
+                tokens as u32,
+                Some(&rb),
+                None,
+            )
+            .unwrap();
+        run(&ctx, &[&d]);
+        let added: Vec<f32> = resid.iter().zip(&want).map(|(r, w)| r + w).collect();
+        let y = ctx.read_f32(&yb, 0, tokens * n).unwrap();
+        assert_close("moe combine, y beside the residual", &y, &want, 1e-5);
+        let r = ctx.read_f32(&rb, 0, tokens * n).unwrap();
+        assert_close("moe combine into the residual", &r, &added, 1e-5);
+    }
+}
+
+/// The MoE combine adding into the residual stream and writing it as the int8 records that the
+/// products after the next RMSNorm read (x times the norm's weights, each part's Σx² beside):
+/// gpt-oss's width (45 whole workgroups) and one whose last workgroup holds a single unit.
+#[test]
+fn moe_combine_writes_normed_int8_records() {
+    let Some(ctx) = shared() else { return };
+    let mut ops = Ops::new(ctx.clone());
+    ops.set_int8_products(true);
+    let mut rng = Rng::new(15);
+    let k = 4usize;
+    for n in [2880usize, 96] {
+        let outs = rng.vec(k * n);
+        let ws = rng.vec(k);
+        let resid = rng.vec(n);
+        let g: Vec<f32> = rng.vec(n + 3).iter().map(|v| 1.0 + 0.5 * v).collect();
+        let (ob, wb, gb) = (
+            ctx.storage_with("expert out", &outs),
+            ctx.storage_with("w", &ws),
+            ctx.storage_with("norm weights", &g),
+        );
+        let rb = ctx.storage_with("resid", &resid);
+        let yb = ctx.storage("y", (n * 4) as u64);
+        let records = ops.combine_records(n as u32, 1).expect("records");
+        let norm = NormFold {
+            buf: &gb,
+            offset: 3,
+            eps: 1e-5,
+            records: Some(&records),
+        };
+        let d = ops
+            .moe_combine(&ob, &wb, &yb, n as u32, k as u32, 1, Some(&rb), Some(norm))
+            .unwrap();
+        run(&ctx, &[&d]);
+        let new: Vec<f32> = (0..n)
+            .map(|i| resid[i] + (0..k).map(|s| ws[s] * outs[s * n + i]).sum::<f32>())
+            .collect();
+        let got = ctx.read_f32(&rb, 0, n).unwrap();
+        assert_close(&format!("{n}: residual"), &got, &new, 1e-5);
+        // The records of the stream as the GPU holds it, times the norm's weights.
+        let scaled: Vec<f32> = (0..n).map(|i| got[i] * g[3 + i]).collect();
+        let parts = n / 8;
+        assert_eq!(records.scales() as usize, parts);
+        let words = ctx.read_u32(records.buffer(), 0, 7 * parts).unwrap();
+        check_records(&format!("{n}: records"), &scaled, &words);
+        for i in 0..parts {
+            let c = (i / 4) * 32 + 4 * (i % 4);
+            let want: f32 = (0..4)
+                .map(|e| got[c + e].powi(2) + got[c + 16 + e].powi(2))
+                .sum();
+            let sq = f32::from_bits(words[6 * parts + i]);
+            assert!(
+                (sq - want).abs() <= 1e-5 * want,
+                "{n}: part {i} Σx² {sq} vs {want}"
+            );
+        }
+    }
+}
+
+/// Routing against the CPU's `route` for each softmax variant (over the chosen, over all then
+/// renormalized, over all): ties (a whole row of equal
+/// logits, and ties across the top-k boundary) go to the lower expert id; k = E; one token and
+/// many (several workgroups); gpt-oss's 32 experts and the largest count the kernel takes.
+#[test]
+fn moe_route_ties_all_experts_and_many_tokens() {
+    let Some(ctx) = shared() else { return };
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(16);
+    for (experts, k, tokens) in [
+        (4usize, 4usize, 3usize),
+        (32, 4, 1),
+        (32, 4, 70),
+        (256, 8, 5),
+    ] {
+        let mut logits = rng.vec(tokens * experts);
+        // Token 0: every logit equal. Last token: the k-th and (k+1)-th largest tie.
+        logits[..experts].fill(0.25);
+        let last = &mut logits[(tokens - 1) * experts..];
+        if tokens > 1 && k < experts {
+            let mut order: Vec<usize> = (0..experts).collect();
+            order.sort_by(|a, b| last[*b].total_cmp(&last[*a]));
+            let (a, b) = (order[k - 1], order[k]);
+            last[a.max(b)] = last[a.min(b)];
+        }
+        let lb = ctx.storage_with("logits", &logits);
+        for (after, norm) in [(true, false), (false, true), (false, false)] {
+            let routing = Routing {
+                top_k: k,
+                softmax_after_topk: after,
+                norm_topk_prob: norm,
+            };
+            let renorm = after || norm;
+            let (ib, wb) = (
+                ctx.storage("ids", (tokens * k * 4) as u64),
+                ctx.storage("w", (tokens * k * 4) as u64),
+            );
+            let d = ops
+                .moe_route(
+                    &lb,
+                    0,
+                    experts as u32,
+                    k as u32,
+                    tokens as u32,
+                    renorm,
+                    &ib,
+                    &wb,
+                )
+                .unwrap();
+            run(&ctx, &[&d]);
+            let ids = ctx.read_u32(&ib, 0, tokens * k).unwrap();
+            let ws = ctx.read_f32(&wb, 0, tokens * k).unwrap();
+            for t in 0..tokens {
+                let want = route(&logits[t * experts..(t + 1) * experts], &routing);
+                for (s, (e, w)) in want.into_iter().enumerate() {
+                    let what = format!("E {experts} k {k} {routing:?} token {t} slot {s}");
+                    assert_eq!(ids[t * k + s] as usize, e, "{what}");
+                    assert!(
+                        (ws[t * k + s] - w).abs() < 1e-5,
+                        "{what}: {} vs {w}",
+                        ws[t * k + s]
+                    );
+                }
+            }
+        }
+    }
+}
