@@ -185,6 +185,12 @@ fn explain_plan(
     bandwidth_gbs: f64,
 ) -> Result<(), String> {
     let e = |e: minerva_engine::EngineError| e.to_string();
+    // A first run builds the kernels and grows the scratch buffers (which cuts its steps
+    // short); the second shows the steps as every later prompt runs them.
+    let mut cache = model.new_cache(ctx).map_err(e)?;
+    model.prefill(&mut cache, prompt).map_err(e)?;
+    model.argmax().map_err(e)?;
+    model.free_cache(cache);
     let mut cache = model.new_cache(ctx).map_err(e)?;
     model.prefill(&mut cache, prompt).map_err(e)?;
     let next = model.argmax().map_err(e)?;

@@ -167,14 +167,14 @@ impl GpuBackend {
         let mut inside = Vec::new();
         for &i in nodes {
             let node = &g.nodes[i];
-            for b in node.reads() {
+            for b in node.reads().as_slice().iter().copied() {
                 if !inside.contains(&b) {
                     if let Ok(buf) = self.buf(b) {
                         c.activation_bytes += (node.rows() * buf.cols * 4) as u64;
                     }
                 }
             }
-            inside.extend(node.writes());
+            inside.extend_from_slice(node.writes().as_slice());
             c.weight_bytes += match node {
                 Node::Product { lin, .. } => self.view_bytes(lin),
                 Node::Embed { table, n, .. } => self.row_bytes(*table) * *n as u64,

@@ -63,6 +63,8 @@ pub struct GpuContext {
     /// Bytes written through mapped-at-creation buffers since the queue last took them (see
     /// [`GpuContext::note_staged`]).
     staged_bytes: AtomicU64,
+    /// The submission that handed the last half of the staged bytes over.
+    staged_submission: Mutex<Option<wgpu::SubmissionIndex>>,
     profiler: Option<super::profile::Profiler>,
     timer: Option<super::profile::StepTimer>,
 }
@@ -209,6 +211,7 @@ impl GpuContext {
             dispatches: AtomicU64::new(0),
             weight_bytes: AtomicU64::new(0),
             staged_bytes: AtomicU64::new(0),
+            staged_submission: Mutex::new(None),
             profiler,
             timer: super::profile::StepTimer::from_env(),
         })
@@ -243,14 +246,31 @@ impl GpuContext {
     /// staging buffer of its size at the next submit and frees that staging buffer only after
     /// it: a load that never submits holds every weight twice until its end. Past
     /// [`STAGING_LIMIT`], an empty submit and a wait hand the staged bytes over and free them.
+    ///
+    /// Staging goes in two halves of the limit: each half is submitted when full, and the load
+    /// then waits only for the half before it, so the copy to the device overlaps the writing of
+    /// the next half and no more than the limit is ever staged.
     pub(crate) fn note_staged(&self, bytes: u64) -> GpuResult<()> {
         let staged = self.staged_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        if staged < STAGING_LIMIT {
+        if staged < STAGING_LIMIT / 2 {
             return Ok(());
         }
         self.staged_bytes.store(0, Ordering::Relaxed);
-        self.queue.submit(std::iter::empty());
-        self.wait()
+        let now = self.queue.submit(std::iter::empty());
+        let before = self
+            .staged_submission
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(now);
+        if let Some(index) = before {
+            self.device
+                .poll(wgpu::PollType::Wait {
+                    submission_index: Some(index),
+                    timeout: None,
+                })
+                .map_err(|e| GpuError::DeviceLost(e.to_string()))?;
+        }
+        self.check()
     }
 
     pub(crate) fn count_weight_bytes(&self, bytes: u64) {

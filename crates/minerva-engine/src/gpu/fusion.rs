@@ -12,6 +12,7 @@
 use super::graph::{stacked, Graph, MoeRef, Node};
 use super::plan::{Kernel, Plan};
 use crate::backend::{AttnParams, BufId, KvId, Linear, MoeBlock, WeightId};
+use std::collections::HashMap;
 
 /// What the rules need to know about buffers, weights and the adapter.
 pub trait Facts {
@@ -125,10 +126,18 @@ pub fn plan(g: &Graph, facts: &dyn Facts) -> Plan {
         g,
         f: facts,
         kernels: Vec::new(),
+        last_write: HashMap::new(),
+        deferred: vec![false; g.nodes.len()],
     };
     for i in 0..g.nodes.len() {
         if !RULES.iter().any(|r| (r.apply)(&mut p, i)) {
             p.kernels.push(Kernel::Single { node: i });
+        }
+        if let Some(Kernel::Norm { node, .. }) = p.kernels.last() {
+            p.deferred[*node] = true;
+        }
+        for &b in g.nodes[i].writes().as_slice() {
+            p.last_write.insert(b, i);
         }
     }
     p.settle_norms();
@@ -139,6 +148,10 @@ pub struct Planner<'a> {
     g: &'a Graph,
     f: &'a dyn Facts,
     kernels: Vec<Kernel>,
+    /// The last node so far that wrote each buffer.
+    last_write: HashMap<BufId, usize>,
+    /// Which nodes are one-row norms left for their readers to fold.
+    deferred: Vec<bool>,
 }
 
 impl Planner<'_> {
@@ -152,13 +165,12 @@ impl Planner<'_> {
         if n != 1 || x == out {
             return None;
         }
-        let w = self.g.last_writer(x, i)?;
-        let deferred = self
-            .kernels
-            .iter()
-            .any(|k| matches!(k, Kernel::Norm { node, .. } if *node == w));
+        let w = *self.last_write.get(&x)?;
         match *self.node(w) {
-            Node::Norm { x: input, .. } if deferred && !self.g.written_between(input, w + 1, i) => {
+            Node::Norm { x: input, .. }
+                if self.deferred[w] && self.last_write.get(&input).is_none_or(|&l| l < w) =>
+            {
+                debug_assert!(w < i);
                 Some(w)
             }
             _ => None,

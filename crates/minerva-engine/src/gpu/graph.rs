@@ -8,7 +8,6 @@ use crate::backend::{AttnParams, BufId, KvId, Linear, MoeBlock, RopeParams, VecR
 use minerva_formats::Activation;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::Hash;
 
 /// A MoE block kept by the backend (`MoeTable`): nodes name it by index, so that a step does not
 /// copy its list of experts.
@@ -94,6 +93,32 @@ pub enum Node {
     Sample { x: BufId, row: usize, k: usize },
 }
 
+/// Up to three buffers an op reads or writes, without allocating.
+#[derive(Debug, Clone, Copy)]
+pub struct Bufs {
+    ids: [BufId; 3],
+    len: usize,
+}
+
+impl Bufs {
+    fn of(list: &[BufId]) -> Bufs {
+        let mut ids = [BufId(0); 3];
+        ids[..list.len()].copy_from_slice(list);
+        Bufs {
+            ids,
+            len: list.len(),
+        }
+    }
+
+    pub fn as_slice(&self) -> &[BufId] {
+        &self.ids[..self.len]
+    }
+
+    pub fn contains(&self, b: &BufId) -> bool {
+        self.as_slice().contains(b)
+    }
+}
+
 impl Node {
     /// The op's name, as `--explain-plan` prints it.
     pub fn name(&self) -> &'static str {
@@ -116,32 +141,32 @@ impl Node {
     }
 
     /// The activation buffers the op reads.
-    pub fn reads(&self) -> Vec<BufId> {
+    pub fn reads(&self) -> Bufs {
         match *self {
-            Node::Embed { .. } | Node::EmbedChoice { .. } => vec![],
-            Node::Norm { x, .. } | Node::Product { x, .. } | Node::Rope { x, .. } => vec![x],
-            Node::Attention { q, k, v, .. } => vec![q, k, v],
-            Node::Glu { gate, up, .. } => vec![gate, up],
-            Node::Moe { x, .. } => vec![x],
-            Node::Add { acc, x, .. } => vec![acc, x],
-            Node::Copy { src, .. } => vec![src],
-            Node::Argmax { x, .. } | Node::TopK { x, .. } => vec![x],
-            Node::Penalize { x, .. } | Node::Sample { x, .. } => vec![x],
+            Node::Embed { .. } | Node::EmbedChoice { .. } => Bufs::of(&[]),
+            Node::Norm { x, .. } | Node::Product { x, .. } | Node::Rope { x, .. } => Bufs::of(&[x]),
+            Node::Attention { q, k, v, .. } => Bufs::of(&[q, k, v]),
+            Node::Glu { gate, up, .. } => Bufs::of(&[gate, up]),
+            Node::Moe { x, .. } => Bufs::of(&[x]),
+            Node::Add { acc, x, .. } => Bufs::of(&[acc, x]),
+            Node::Copy { src, .. } => Bufs::of(&[src]),
+            Node::Argmax { x, .. } | Node::TopK { x, .. } => Bufs::of(&[x]),
+            Node::Penalize { x, .. } | Node::Sample { x, .. } => Bufs::of(&[x]),
         }
     }
 
     /// The activation buffers the op writes (RoPE and the attention turn q and k in place).
-    pub fn writes(&self) -> Vec<BufId> {
+    pub fn writes(&self) -> Bufs {
         match *self {
-            Node::Embed { out, .. } | Node::EmbedChoice { out, .. } => vec![out],
-            Node::Norm { out, .. } | Node::Product { out, .. } => vec![out],
-            Node::Rope { x, .. } => vec![x],
-            Node::Attention { q, k, out, .. } => vec![q, k, out],
-            Node::Glu { out, .. } | Node::Moe { out, .. } => vec![out],
-            Node::Add { acc, .. } => vec![acc],
-            Node::Copy { dst, .. } => vec![dst],
-            Node::Penalize { x, .. } => vec![x],
-            Node::Argmax { .. } | Node::TopK { .. } | Node::Sample { .. } => vec![],
+            Node::Embed { out, .. } | Node::EmbedChoice { out, .. } => Bufs::of(&[out]),
+            Node::Norm { out, .. } | Node::Product { out, .. } => Bufs::of(&[out]),
+            Node::Rope { x, .. } => Bufs::of(&[x]),
+            Node::Attention { q, k, out, .. } => Bufs::of(&[q, k, out]),
+            Node::Glu { out, .. } | Node::Moe { out, .. } => Bufs::of(&[out]),
+            Node::Add { acc, .. } => Bufs::of(&[acc]),
+            Node::Copy { dst, .. } => Bufs::of(&[dst]),
+            Node::Penalize { x, .. } => Bufs::of(&[x]),
+            Node::Argmax { .. } | Node::TopK { .. } | Node::Sample { .. } => Bufs::of(&[]),
         }
     }
 
@@ -169,9 +194,12 @@ impl Node {
 /// Feeds a node into a key; positions stay out (the step uniform carries them).
 impl KeyPart for Node {
     fn feed(&self, h: &mut DefaultHasher) {
+        macro_rules! feed {
+            ($($e:expr),*) => {{ $( KeyPart::feed(&$e, h); )* }};
+        }
         match self {
-            Node::Embed { table, out, n } => key_into(h, key!("embed", table, out, n)),
-            Node::EmbedChoice { table, out } => key_into(h, key!("embed chosen", table, out)),
+            Node::Embed { table, out, n } => feed!("embed", table, out, n),
+            Node::EmbedChoice { table, out } => feed!("embed chosen", table, out),
             Node::Norm {
                 x,
                 w,
@@ -179,9 +207,9 @@ impl KeyPart for Node {
                 n,
                 group,
                 eps,
-            } => key_into(h, key!("norm", x, w, out, n, group, eps)),
-            Node::Product { x, lin, out, n } => key_into(h, key!("product", x, lin, out, n)),
-            Node::Rope { x, n, rope, .. } => key_into(h, key!("rope", x, n, rope)),
+            } => feed!("norm", x, w, out, n, group, eps),
+            Node::Product { x, lin, out, n } => feed!("product", x, lin, out, n),
+            Node::Rope { x, n, rope, .. } => feed!("rope", x, n, rope),
             Node::Attention {
                 q,
                 k,
@@ -189,33 +217,29 @@ impl KeyPart for Node {
                 kv,
                 out,
                 p,
-            } => key_into(h, key!("attention", q, k, v, kv, out, p)),
+            } => feed!("attention", q, k, v, kv, out, p),
             Node::Glu {
                 gate,
                 up,
                 out,
                 n,
                 act,
-            } => key_into(h, key!("glu", gate, up, out, n, act)),
-            Node::Moe { x, block, out, n } => key_into(h, key!("moe", x, block.0, out, n)),
-            Node::Add { acc, x, n } => key_into(h, key!("add", acc, x, n)),
+            } => feed!("glu", gate, up, out, n, act),
+            Node::Moe { x, block, out, n } => feed!("moe", x, block.0, out, n),
+            Node::Add { acc, x, n } => feed!("add", acc, x, n),
             Node::Copy {
                 src,
                 src_row,
                 dst,
                 dst_row,
                 n,
-            } => key_into(h, key!("copy", src, src_row, dst, dst_row, n)),
-            Node::Argmax { x, row } => key_into(h, key!("argmax", x, row)),
-            Node::TopK { x, row, k } => key_into(h, key!("top_k", x, row, k)),
-            Node::Penalize { x, row } => key_into(h, key!("penalize", x, row)),
-            Node::Sample { x, row, k } => key_into(h, key!("sample", x, row, k)),
+            } => feed!("copy", src, src_row, dst, dst_row, n),
+            Node::Argmax { x, row } => feed!("argmax", x, row),
+            Node::TopK { x, row, k } => feed!("top_k", x, row, k),
+            Node::Penalize { x, row } => feed!("penalize", x, row),
+            Node::Sample { x, row, k } => feed!("sample", x, row, k),
         }
     }
-}
-
-fn key_into(h: &mut DefaultHasher, k: u64) {
-    k.hash(h);
 }
 
 /// The ops recorded since the last submit.
@@ -238,18 +262,6 @@ impl Graph {
 
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
-    }
-
-    /// Index of the last node before `before` that writes `buf`.
-    pub fn last_writer(&self, buf: BufId, before: usize) -> Option<usize> {
-        (0..before)
-            .rev()
-            .find(|&i| self.nodes[i].writes().contains(&buf))
-    }
-
-    /// Whether any node in `from .. to` writes `buf`.
-    pub fn written_between(&self, buf: BufId, from: usize, to: usize) -> bool {
-        (from..to).any(|i| self.nodes[i].writes().contains(&buf))
     }
 }
 
