@@ -148,7 +148,12 @@ impl GpuBackend {
         if small {
             let _ = self.flush();
             self.forget_dispatches();
-            let b = self.ctx.storage(name, bytes.max(16).next_power_of_two());
+            let bytes = bytes.max(16).next_power_of_two();
+            let b = if name == "moe tiles" {
+                self.ctx.storage_uniform(name, bytes)
+            } else {
+                self.ctx.storage(name, bytes)
+            };
             self.scratch.insert(name, b);
         }
     }
@@ -185,7 +190,9 @@ impl GpuBackend {
             if n > 1 {
                 self.scratch("moe order", (items * 4) as u64);
                 let tiles = moe_max_tiles(items as u32, experts as u32);
-                self.scratch("moe tiles", tiles as u64 * 16);
+                // Also bound as a uniform list by the matrix-core expert product.
+                let bytes = (tiles as u64 * 16).max(super::ops::MOE_COOP_TILES as u64 * 16);
+                self.scratch("moe tiles", bytes);
             }
             let e0 = block.experts[0];
             for l in [&e0.gate, &e0.up, &e0.down] {

@@ -363,6 +363,20 @@ impl GpuContext {
         })
     }
 
+    /// A storage buffer of `bytes` that kernels may also bind as a uniform (a list one kernel
+    /// writes and a later one reads in uniform control flow).
+    pub fn storage_uniform(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.div_ceil(16).max(1) * 16,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::UNIFORM
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
     /// A storage buffer holding `data`.
     pub fn storage_with<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> wgpu::Buffer {
         let bytes: &[u8] = bytemuck::cast_slice(data);

@@ -145,19 +145,22 @@ impl GpuBackend {
             };
             let bias = self.bias(&lin.bias, true)?;
             Ok(match groups {
-                Some((order, tiles)) => self.ops.matmul_experts(
-                    w,
-                    &sel,
-                    xr,
-                    yr,
-                    bias,
-                    ExpertTiles {
+                Some((order, tiles)) => {
+                    let e = ExpertTiles {
                         order,
                         tiles,
                         max_tiles,
                         x_div,
-                    },
-                )?,
+                    };
+                    if self
+                        .ops
+                        .experts_on_matrix_cores(w, &sel, items as u32, max_tiles)
+                    {
+                        self.ops.matmul_experts_coop(w, &sel, xr, yr, bias, e)?
+                    } else {
+                        self.ops.matmul_experts(w, &sel, xr, yr, bias, e)?
+                    }
+                }
                 None => self.ops.matvec(
                     w,
                     &sel,

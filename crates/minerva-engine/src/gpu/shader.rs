@@ -45,6 +45,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("moe.wgsl", include_str!("kernels/moe.wgsl")),
     ("select.wgsl", include_str!("kernels/select.wgsl")),
     ("sample.wgsl", include_str!("kernels/sample.wgsl")),
+    ("moe_coop.wgsl", include_str!("kernels/moe_coop.wgsl")),
     (
         "matvec_multi.wgsl",
         include_str!("kernels/matvec_multi.wgsl"),
@@ -282,6 +283,11 @@ mod tests {
     /// `file` with `d` parsed, validated (cooperative matrices, f16, subgroups) and translated to
     /// SPIR-V as wgpu does on Vulkan (bounds checks restricting indices); the SPIR-V words.
     fn spirv(file: &str, d: &Defines) -> Vec<u32> {
+        spirv_entry(file, d, "main")
+    }
+
+    /// `spirv` of one entry point.
+    fn spirv_entry(file: &str, d: &Defines, entry_point: &str) -> Vec<u32> {
         use naga::valid::{Capabilities, ValidationFlags, Validator};
         use wgpu::naga;
         let caps = Capabilities::COOPERATIVE_MATRIX
@@ -296,7 +302,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{file} {d:?}: {}", e.emit_to_string(&src)));
         let entry = naga::back::spv::PipelineOptions {
             shader_stage: naga::ShaderStage::Compute,
-            entry_point: "main".into(),
+            entry_point: entry_point.into(),
         };
         let restrict = naga::proc::BoundsCheckPolicy::Restrict;
         let options = naga::back::spv::Options {
@@ -359,6 +365,14 @@ mod tests {
             }
         }
         spirv("coop_inputs.wgsl", &Defines::new());
+        for bias in [false, true] {
+            let mut d = Defines::new();
+            if bias {
+                d.insert("BIAS".into(), String::new());
+            }
+            spirv_entry("moe_coop.wgsl", &d, "gather");
+            spirv_entry("moe_coop.wgsl", &d, "scatter");
+        }
         let column = ("load", false);
         let row = ("load", true);
         let store = ("store", false);
@@ -384,6 +398,14 @@ mod tests {
         ];
         biased.extend(stores);
         assert_eq!(coop(64, true), biased);
+        // Mixture-of-experts prefill: the plain kernel's accesses, behind its tile's exit.
+        for rows in [32, 64] {
+            let (mut d, _) = super::super::ops::coop_defines(rows, false);
+            let plain = matrix_accesses(&spirv("matmul_coop.wgsl", &d));
+            d.insert("EXPERTS".into(), String::new());
+            d.insert("MOE_COOP_TILES".into(), "4096u".into());
+            assert_eq!(matrix_accesses(&spirv("matmul_coop.wgsl", &d)), plain);
+        }
     }
 
     #[test]

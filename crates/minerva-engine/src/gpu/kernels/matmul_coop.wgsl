@@ -16,6 +16,10 @@
 // B, 16 k × 16 tokens: column-major, (k, j) at x16[(tok0 + j) · p.k + k0 + k];
 // C, 16 rows × 16 tokens: column-major, (i, j) at y[p.y_offset + (tok0 + j) · y_stride + row0 + i]
 // (and, with BIAS, at bias_block[j · p.rows + row0 + i], where every j holds the bias).
+// With EXPERTS (mixture-of-experts prefill, moe_coop.wgsl) block x is tile x of moe.wgsl's
+// `group`: its 32 token slots hold that tile's items, gathered; w16 holds the decoded matrices of
+// experts first_expert .. first_expert + experts, one after the other; a tile of another expert,
+// or an empty one, exits at once.
 enable f16;
 enable wgpu_cooperative_matrix;
 
@@ -24,6 +28,10 @@ struct Params {
     k: u32,         // halves per row of w16 and x16: a multiple of 32
     y_offset: u32,  // a multiple of 4
     y_stride: u32,  // a multiple of 4
+    first_expert: u32,
+    experts: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w16: array<f16>;
@@ -33,9 +41,13 @@ struct Params {
 #ifdef BIAS
 @group(0) @binding(4) var<storage, read> bias_block: array<f32>;
 #endif
+#ifdef EXPERTS
+// A uniform, so that a tile's exit keeps the matrix operations in uniform control flow.
+@group(0) @binding(5) var<uniform> tiles: array<vec4<u32>, MOE_COOP_TILES>;
+#endif
 
-@compute @workgroup_size(32)
-fn main(@builtin(workgroup_id) wid: vec3<u32>) {
+// One workgroup's 32 tokens × ROWS rows, its weight matrix at w_base of w16.
+fn block(wid: vec3<u32>, w_base: u32) {
     let tok0 = wid.x * 32u;
     let row0 = wid.y * ROWS;
     // c<row block><token block>, started from the bias.
@@ -50,7 +62,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {
     var c01 = c0;
     var c10 = c1;
     var c11 = c1;
-    let a0 = row0 * p.k;
+    let a0 = w_base + row0 * p.k;
     let a1 = a0 + 16u * p.k;
     let b0 = tok0 * p.k;
     let b1 = b0 + 16u * p.k;
@@ -107,5 +119,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {
     coopStore(c21, &y[y21], ys);
     coopStore(c30, &y[y30], ys);
     coopStore(c31, &y[y31], ys);
+#endif
+}
+
+@compute @workgroup_size(32)
+fn main(@builtin(workgroup_id) wid: vec3<u32>) {
+#ifdef EXPERTS
+    let tile = tiles[wid.x];
+    if (tile.z > 0u && tile.x >= p.first_expert && tile.x < p.first_expert + p.experts) {
+        block(wid, (tile.x - p.first_expert) * p.rows * p.k);
+    }
+#else
+    block(wid, 0u);
 #endif
 }

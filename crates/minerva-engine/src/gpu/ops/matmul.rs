@@ -139,15 +139,15 @@ struct MatmulParams {
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct CoopWeightsParams {
-    rows: u32,
-    cols: u32,
-    stride: u32,
-    first_out: u32,
-    row_base: u32,
-    row_stride: u32,
-    bias_offset: u32,
-    out_rows: u32,
+pub(super) struct CoopWeightsParams {
+    pub rows: u32,
+    pub cols: u32,
+    pub stride: u32,
+    pub first_out: u32,
+    pub row_base: u32,
+    pub row_stride: u32,
+    pub bias_offset: u32,
+    pub out_rows: u32,
 }
 
 #[repr(C)]
@@ -163,11 +163,15 @@ struct CoopInputsParams {
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct CoopParams {
-    rows: u32,
-    k: u32,
-    y_offset: u32,
-    y_stride: u32,
+pub(super) struct CoopParams {
+    pub rows: u32,
+    pub k: u32,
+    pub y_offset: u32,
+    pub y_stride: u32,
+    /// With EXPERTS: the experts whose decoded matrices the weights hold.
+    pub first_expert: u32,
+    pub experts: u32,
+    pub _pad: [u32; 2],
 }
 
 impl Ops {
@@ -274,6 +278,9 @@ impl Ops {
             k,
             y_offset: y.offset,
             y_stride: y.stride,
+            first_expert: 0,
+            experts: 0,
+            _pad: [0; 2],
         };
         let ub = self.ctx.uniform("coop params", &params);
         let mut entries = vec![(0, &w16), (1, &x16), (2, y.buf), (3, &ub)];

@@ -20,6 +20,7 @@ mod attention;
 mod elementwise;
 mod matmul;
 mod moe;
+mod moe_coop;
 mod products;
 mod select;
 
@@ -27,6 +28,7 @@ pub use attention::{AttnShape, KvCache, Rotary, ATTN_CHUNK};
 pub use elementwise::Eltwise;
 pub use matmul::{coop_defines, MatmulTile, COOP_BLOCK, COOP_WEIGHT_BYTES, MATMUL_TOKENS};
 pub use moe::{moe_max_tiles, ExpertSel, ExpertTiles};
+pub use moe_coop::{EXPERT_CHUNK_BYTES, MOE_COOP_TILES};
 pub use products::Multi;
 pub use select::{select_scratch_len, SampleParams};
 
@@ -324,6 +326,9 @@ pub struct Ops {
     int8_products: bool,
     /// ... those of at least this many outputs (INT8_MIN_OUTPUTS).
     int8_min_outputs: u32,
+    /// Most bytes of experts' f16 matrices one matrix-core expert step decodes (`moe_coop.rs`;
+    /// `EXPERT_CHUNK_BYTES`).
+    expert_chunk_bytes: u64,
     /// The products' scratch buffers by name (the matrix-core product's f16 weights, f16
     /// inputs and bias block; the int8 products' quantized x), shared by every product and
     /// replaced by larger ones as needed: each product's dispatches keep the buffers they were
@@ -374,6 +379,7 @@ impl Ops {
             rows_per_lane: None,
             int8_products: ctx.int8_products,
             int8_min_outputs: INT8_MIN_OUTPUTS,
+            expert_chunk_bytes: EXPERT_CHUNK_BYTES,
             scratch: Mutex::new(HashMap::new()),
             ctx,
         }
@@ -407,6 +413,12 @@ impl Ops {
     /// check the int8 products at any size with 0).
     pub fn set_int8_min_outputs(&mut self, outputs: u32) {
         self.int8_min_outputs = outputs;
+    }
+
+    /// Sets the most bytes of experts' f16 matrices one matrix-core expert step decodes (tests
+    /// make it a few experts').
+    pub fn set_expert_chunk_bytes(&mut self, bytes: u64) {
+        self.expert_chunk_bytes = bytes;
     }
 
     /// Whether a decode product of `outputs` results over `weights` takes int8 x (DOT_I8, x

@@ -1,0 +1,198 @@
+//! Mixture-of-experts prefill on matrix cores: the items of each expert tile gathered as f16
+//! rows (moe_coop.wgsl `gather`), the experts' matrices decoded to f16 a few at a time
+//! (coop_weights.wgsl) and multiplied on matrix cores tile by tile (matmul_coop.wgsl with
+//! EXPERTS), and each item's row moved back to its place with its expert's bias (`scatter`).
+
+use super::matmul::{coop_defines, CoopParams, CoopWeightsParams, COOP_BLOCK, COOP_WEIGHT_BYTES};
+use super::{Bias, ExpertTiles, MatSel, Ops, Region, MATMUL_TOKENS};
+use crate::gpu::error::GpuResult;
+use crate::gpu::pipelines::Dispatch;
+use crate::gpu::shader::{defines, Defines};
+use crate::gpu::weights::GpuWeight;
+use bytemuck::{Pod, Zeroable};
+
+/// Most bytes of experts' f16 matrices one step of the matrix-core expert product decodes: 8 of
+/// gpt-oss-20b's (16.6 MB each), so that each product dispatch has a quarter of the tiles to
+/// run (4 experts at a time left the GPU half idle); a 128 MiB scratch buffer while prompts run.
+pub const EXPERT_CHUNK_BYTES: u64 = 128 << 20;
+
+/// Entries of the uniform tile list the matrix-core expert product reads (MOE_COOP_TILES in
+/// matmul_coop.wgsl): 64 KiB, the smallest uniform binding limit adapters offer.
+pub const MOE_COOP_TILES: u32 = 4096;
+
+/// Most tiles the gather and scatter kernels take: 32 slots each on a grid axis of ≤ 65,535.
+const MOE_COOP_MAX_TILES: u32 = 65535 / MATMUL_TOKENS;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct MoeCoopParams {
+    cols: u32,
+    stride: u32,
+    x_offset: u32,
+    x_stride: u32,
+    x_div: u32,
+    y_offset: u32,
+    y_stride: u32,
+    bias_offset: u32,
+    bias_stride: u32,
+    _pad: [u32; 3],
+}
+
+impl Ops {
+    /// Whether `matmul_experts_coop` takes an expert product of `items` items in `max_tiles`
+    /// tiles: matrix cores, whole output-major expert matrices of a multiple of 32 outputs whose
+    /// f16 copy fits `COOP_WEIGHT_BYTES`, and enough items to fill a few tiles.
+    pub fn experts_on_matrix_cores(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        items: u32,
+        max_tiles: u32,
+    ) -> bool {
+        let rows = sel.out_dim as u32;
+        let k = (sel.in_dim as u32).div_ceil(32) * 32;
+        self.ctx.caps.matrix_cores
+            && w.check_sel(sel).is_ok()
+            && !sel.input_major
+            && sel.matrix == 0
+            && sel.offset == 0
+            && sel.stride == 1
+            && sel.out_dim == w.matrix_rows(false)
+            && rows > 0
+            && rows.is_multiple_of(COOP_BLOCK)
+            && rows <= 65535
+            && rows as u64 * k as u64 * 2 <= COOP_WEIGHT_BYTES.min(self.ctx.caps.max_binding)
+            && items >= 2 * COOP_BLOCK
+            && max_tiles <= MOE_COOP_MAX_TILES.min(MOE_COOP_TILES)
+            && max_tiles as u64 * 32 * rows as u64 * 4 <= self.ctx.caps.max_binding
+            && max_tiles as u64 * 32 * k as u64 * 2 <= self.ctx.caps.max_binding
+    }
+
+    /// `matmul_experts` on matrix cores (see `experts_on_matrix_cores`); `e.tiles` must be a
+    /// buffer that may be bound as a uniform of `MOE_COOP_TILES` entries.
+    pub fn matmul_experts_coop(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        x: Region,
+        y: Region,
+        bias: Option<Bias>,
+        e: ExpertTiles,
+    ) -> GpuResult<Vec<Dispatch>> {
+        let rows = sel.out_dim as u32;
+        let cols = sel.in_dim as u32;
+        let k = cols.div_ceil(32) * 32;
+        let slots = e.max_tiles * MATMUL_TOKENS;
+        let per_expert = rows as u64 * k as u64 * 2;
+        let chunk = (self.expert_chunk_bytes / per_expert).max(1) as usize;
+        let x16 = self.scratch_buffer("coop expert inputs", slots as u64 * k as u64 * 2);
+        let products = self.scratch_buffer("coop expert products", slots as u64 * rows as u64 * 4);
+        let w16 = self.scratch_buffer("coop weights", chunk as u64 * per_expert);
+        let mut out = Vec::new();
+        // Each tile's items as f16 rows.
+        let params = MoeCoopParams {
+            cols,
+            stride: k,
+            x_offset: x.offset,
+            x_stride: x.stride,
+            x_div: e.x_div.max(1),
+            ..Zeroable::zeroed()
+        };
+        let ub = self.ctx.uniform("moe coop gather params", &params);
+        let pipe = self.pipeline("moe_coop.wgsl", &Defines::new(), "gather")?;
+        out.push(self.dispatch(
+            pipe,
+            &[(0, &ub), (1, e.order), (2, e.tiles), (3, x.buf), (4, &x16)],
+            [(k / 4).div_ceil(64), slots, 1],
+        ));
+        // A few experts at a time: their matrices decoded, then every tile of theirs.
+        let mrows = w.matrix_rows(false);
+        let (mut d, per_group) = coop_defines(rows, false);
+        d.insert("EXPERTS".into(), String::new());
+        d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
+        let product = self.pipeline("matmul_coop.wgsl", &d, "main")?;
+        let decode = self.pipeline("coop_weights.wgsl", &self.weight_defines(w, sel), "main")?;
+        let lanes = cols.div_ceil(32) * 4;
+        for part in &w.parts {
+            let first = part.first_row / mrows;
+            let count = part.rows / mrows;
+            let mut e0 = first;
+            while e0 < first + count {
+                let n = chunk.min(first + count - e0);
+                let wp = CoopWeightsParams {
+                    rows: n as u32 * rows,
+                    cols,
+                    stride: k,
+                    first_out: 0,
+                    row_base: ((e0 - first) * mrows) as u32,
+                    row_stride: 1,
+                    bias_offset: 0,
+                    out_rows: n as u32 * rows,
+                };
+                let wub = self.ctx.uniform("coop expert weights params", &wp);
+                let mut entries: Vec<(u32, &wgpu::Buffer)> = part
+                    .buffers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| (i as u32, b))
+                    .collect();
+                entries.extend([(3, &w16), (4, &wub)]);
+                out.push(self.dispatch(
+                    decode.clone(),
+                    &entries,
+                    [lanes.div_ceil(64), n as u32 * rows, 1],
+                ));
+                let cp = CoopParams {
+                    rows,
+                    k,
+                    y_offset: 0,
+                    y_stride: rows,
+                    first_expert: e0 as u32,
+                    experts: n as u32,
+                    _pad: [0; 2],
+                };
+                let cub = self.ctx.uniform("coop expert params", &cp);
+                out.push(self.dispatch(
+                    product.clone(),
+                    &[
+                        (0, &w16),
+                        (1, &x16),
+                        (2, &products),
+                        (3, &cub),
+                        (5, e.tiles),
+                    ],
+                    [e.max_tiles, rows / per_group, 1],
+                ));
+                e0 += n;
+            }
+        }
+        // Each item's row in place, with its expert's bias.
+        let params = MoeCoopParams {
+            cols: rows,
+            stride: rows,
+            y_offset: y.offset,
+            y_stride: y.stride,
+            bias_offset: bias.map_or(0, |b| b.offset),
+            bias_stride: bias.map_or(0, |b| b.expert_stride),
+            ..Zeroable::zeroed()
+        };
+        let ub = self.ctx.uniform("moe coop scatter params", &params);
+        let d = match bias {
+            Some(_) => defines(&[("BIAS", String::new())]),
+            None => Defines::new(),
+        };
+        let pipe = self.pipeline("moe_coop.wgsl", &d, "scatter")?;
+        let mut entries = vec![
+            (0, &ub),
+            (1, e.order),
+            (2, e.tiles),
+            (5, &products),
+            (6, y.buf),
+        ];
+        if let Some(b) = &bias {
+            entries.push((7, b.buf));
+        }
+        out.push(self.dispatch(pipe, &entries, [rows.div_ceil(64), slots, 1]));
+        Ok(out)
+    }
+}
