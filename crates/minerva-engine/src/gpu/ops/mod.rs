@@ -534,6 +534,25 @@ impl Ops {
             }
             jobs.push(single("select.wgsl", Defines::new()));
             jobs.push(single("select.wgsl", defines(&[("TOPK", String::new())])));
+            for entry in ["penalize", "pick"] {
+                jobs.push(("sample.wgsl", Defines::new(), Vec::new(), entry));
+            }
+            for entry in ["route", "group"] {
+                jobs.push(("moe.wgsl", Defines::new(), Vec::new(), entry));
+            }
+        }
+        // Mixture-of-experts prompts on matrix cores (moe_coop.rs), after every dense kernel.
+        if decoders.is_empty() && self.ctx.caps.matrix_cores {
+            for rows in [COOP_BLOCK, 2 * COOP_BLOCK] {
+                let mut d = coop_defines(rows, false).0;
+                d.insert("EXPERTS".into(), String::new());
+                d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
+                jobs.push(single("matmul_coop.wgsl", d));
+            }
+            for d in [Defines::new(), defines(&[("BIAS", String::new())])] {
+                jobs.push(("moe_coop.wgsl", d, Vec::new(), "scatter"));
+            }
+            jobs.push(("moe_coop.wgsl", Defines::new(), Vec::new(), "gather"));
         }
         let (ctx, pipelines) = (self.ctx.clone(), self.pipelines.clone());
         std::thread::spawn(move || {
