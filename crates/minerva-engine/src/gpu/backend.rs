@@ -8,15 +8,15 @@
 use super::buffers::{Buf, Kv, Src};
 use super::context::{GpuContext, GpuOptions, PendingRead};
 use super::error::{GpuError, GpuResult};
-use super::fusion::{self, Facts};
-use super::graph::{Graph, MoeRef, MoeTable, Node};
+use super::fusion;
+use super::graph::{Graph, MoeTable, Node};
 use super::ops::{select_scratch_len, KvCache, Ops, SampleParams, Step};
 use super::pipelines::Dispatch;
 use super::plan::{explain, DispatchInfo, KernelCost, Plan};
 use super::weights::GpuWeight;
 use crate::backend::{
-    AttnParams, Backend, BufId, Choice, DeviceSample, KvId, KvSpec, Linear, MatView, MoeBlock,
-    RopeParams, VecRef, WeightId, DEVICE_SAMPLE_CANDIDATES, DEVICE_SAMPLE_PENALIZED,
+    AttnParams, Backend, BufId, Choice, DeviceSample, KvId, KvSpec, Linear, MoeBlock, RopeParams,
+    VecRef, WeightId, DEVICE_SAMPLE_CANDIDATES, DEVICE_SAMPLE_PENALIZED,
 };
 use crate::error::{EngineError, Result};
 use minerva_formats::{Activation, DType, TensorData, TensorView};
@@ -328,55 +328,6 @@ impl GpuBackend {
         self.scratch("counters", 4);
         self.push(Node::Argmax { x, row });
         Ok(())
-    }
-}
-
-/// What the fusion rules ask about this backend's buffers, weights and adapter.
-impl Facts for GpuBackend {
-    fn cols(&self, b: BufId) -> usize {
-        self.buf(b).map_or(0, |b| b.cols)
-    }
-
-    fn rows(&self, w: WeightId) -> usize {
-        self.weight(w).map_or(0, |w| w.rows)
-    }
-
-    fn whole(&self, lin: &Linear) -> bool {
-        let m = &lin.w;
-        self.weight(m.weight).is_ok_and(|w| {
-            w.parts.len() == 1
-                && w.shape.len() == 2
-                && *m == MatView::plain(m.weight, w.rows, w.cols)
-        })
-    }
-
-    fn takes_records(&self, w: WeightId) -> bool {
-        self.weight(w).is_ok_and(|w| self.ops.takes_records(w))
-    }
-
-    fn glu_int8(&self, gate: WeightId, up: WeightId, norm: bool) -> bool {
-        match (self.weight(gate), self.weight(up)) {
-            (Ok(g), Ok(u)) => self.ops.glu_takes_int8(&[g, u], norm),
-            _ => false,
-        }
-    }
-
-    fn folds_rope(&self, p: &AttnParams, kv: KvId, rot_dim: usize) -> bool {
-        self.attn_shape(kv, p)
-            .is_ok_and(|s| self.ops.folds_rope(&s, rot_dim as u32, p.n as u32))
-    }
-
-    fn attention_records(&self, p: &AttnParams, kv: KvId) -> bool {
-        self.attn_shape(kv, p)
-            .is_ok_and(|s| self.ops.writes_records(&s))
-    }
-
-    fn combine_records(&self, cols: usize) -> bool {
-        self.ops.combine_records(cols as u32, 1).is_some()
-    }
-
-    fn moe(&self, r: MoeRef) -> &MoeBlock {
-        self.moes.get(r)
     }
 }
 

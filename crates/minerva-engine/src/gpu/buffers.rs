@@ -2,10 +2,13 @@
 //! scratch buffers, and the lookups that encoding and the planner's facts go through.
 
 use super::backend::GpuBackend;
-use super::graph::stacked;
+use super::fusion::Facts;
+use super::graph::{stacked, MoeRef};
 use super::ops::{moe_max_tiles, AttnShape, KvCache, Rotary};
 use super::weights::GpuWeight;
-use crate::backend::{AttnParams, BufId, KvId, Linear, MoeBlock, RopeParams, VecRef, WeightId};
+use crate::backend::{
+    AttnParams, BufId, KvId, Linear, MatView, MoeBlock, RopeParams, VecRef, WeightId,
+};
 use crate::error::{EngineError, Result};
 use minerva_formats::{DType, RopeStyle};
 
@@ -245,5 +248,54 @@ impl GpuBackend {
     pub(super) fn row_bytes(&self, w: WeightId) -> u64 {
         let (bytes, _) = self.weight_bytes(w);
         bytes / self.weight(w).map_or(1, |w| w.rows.max(1)) as u64
+    }
+}
+
+/// What the fusion rules ask about this backend's buffers, weights and adapter.
+impl Facts for GpuBackend {
+    fn cols(&self, b: BufId) -> usize {
+        self.buf(b).map_or(0, |b| b.cols)
+    }
+
+    fn rows(&self, w: WeightId) -> usize {
+        self.weight(w).map_or(0, |w| w.rows)
+    }
+
+    fn whole(&self, lin: &Linear) -> bool {
+        let m = &lin.w;
+        self.weight(m.weight).is_ok_and(|w| {
+            w.parts.len() == 1
+                && w.shape.len() == 2
+                && *m == MatView::plain(m.weight, w.rows, w.cols)
+        })
+    }
+
+    fn takes_records(&self, w: WeightId) -> bool {
+        self.weight(w).is_ok_and(|w| self.ops.takes_records(w))
+    }
+
+    fn glu_int8(&self, gate: WeightId, up: WeightId, norm: bool) -> bool {
+        match (self.weight(gate), self.weight(up)) {
+            (Ok(g), Ok(u)) => self.ops.glu_takes_int8(&[g, u], norm),
+            _ => false,
+        }
+    }
+
+    fn folds_rope(&self, p: &AttnParams, kv: KvId, rot_dim: usize) -> bool {
+        self.attn_shape(kv, p)
+            .is_ok_and(|s| self.ops.folds_rope(&s, rot_dim as u32, p.n as u32))
+    }
+
+    fn attention_records(&self, p: &AttnParams, kv: KvId) -> bool {
+        self.attn_shape(kv, p)
+            .is_ok_and(|s| self.ops.writes_records(&s))
+    }
+
+    fn combine_records(&self, cols: usize) -> bool {
+        self.ops.combine_records(cols as u32, 1).is_some()
+    }
+
+    fn moe(&self, r: MoeRef) -> &MoeBlock {
+        self.moes.get(r)
     }
 }

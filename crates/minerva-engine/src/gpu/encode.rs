@@ -33,7 +33,7 @@ impl GpuBackend {
         let mut out = Vec::with_capacity(plan.kernels.len());
         for (at, k) in plan.kernels.iter().enumerate() {
             let d = match k {
-                Kernel::Single { node } => self.encode_node(g, &g.nodes[*node])?,
+                Kernel::Single { node } => self.encode_node(&g.nodes[*node])?,
                 Kernel::Norm { node, needed } => match (needed, &g.nodes[*node]) {
                     (true, &Node::Norm { x, w, out, eps, .. }) => {
                         vec![self.norm(x, w, out, 1, self.buf(x)?.cols, eps)?]
@@ -152,7 +152,7 @@ impl GpuBackend {
         Ok(out)
     }
 
-    fn encode_node(&self, _g: &Graph, node: &Node) -> Result<Vec<Dispatch>> {
+    fn encode_node(&self, node: &Node) -> Result<Vec<Dispatch>> {
         Ok(match *node {
             Node::Embed { table, out, n } => self.ops.embed(
                 self.weight(table)?,
