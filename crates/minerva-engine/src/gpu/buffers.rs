@@ -151,7 +151,7 @@ impl GpuBackend {
         if small {
             let _ = self.flush();
             self.forget_dispatches();
-            let bytes = bytes.max(16).next_power_of_two();
+            let bytes = super::context::scratch_size(bytes);
             let b = if name == "moe tiles" {
                 self.ctx.storage_uniform(name, bytes)
             } else {

@@ -348,6 +348,16 @@ fn offers_matrix_cores(adapter: &wgpu::Adapter) -> bool {
         })
 }
 
+/// The size a scratch buffer of at least `bytes` gets: a multiple of an eighth of the largest
+/// power of two not above it, so that growing prompts reallocate it only a few times and it
+/// wastes at most 12.5 % (the next power of two wasted up to half: 35 MB took 64).
+pub fn scratch_size(bytes: u64) -> u64 {
+    let bytes = bytes.max(16);
+    let floor = 1u64 << (63 - bytes.leading_zeros());
+    let unit = (floor / 8).max(16);
+    bytes.div_ceil(unit) * unit
+}
+
 /// Buffers and one-shot execution: what ops and tests need around kernels.
 impl GpuContext {
     /// A storage buffer of `bytes` (at least one word), zero-filled.
@@ -634,4 +644,25 @@ pub fn submit_sizes(dispatches: usize) -> Vec<usize> {
         sizes.push(0);
     }
     sizes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scratch_size;
+
+    #[test]
+    fn scratch_sizes_cover_the_request_and_waste_at_most_an_eighth() {
+        // The expert products of a 512-token gpt-oss prompt, and an exact 64 KiB tile list.
+        assert_eq!(scratch_size(35_389_440), 36 << 20);
+        assert_eq!(scratch_size(65_536), 65_536);
+        assert_eq!(scratch_size(1), 16);
+        let mut last = 0;
+        for bytes in (1..5_000_000u64).step_by(9_973) {
+            let s = scratch_size(bytes);
+            assert!(s >= bytes && s % 16 == 0, "{bytes} → {s}");
+            assert!(s <= bytes + bytes / 8 + 16, "{bytes} → {s}");
+            assert!(s >= last, "sizes grow with the request");
+            last = s;
+        }
+    }
 }

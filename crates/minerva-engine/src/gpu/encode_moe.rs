@@ -152,9 +152,12 @@ impl GpuBackend {
                         max_tiles,
                         x_div,
                     };
-                    if self
-                        .ops
-                        .experts_on_matrix_cores(w, &sel, items as u32, max_tiles)
+                    // The tile list is bound as a uniform of MOE_COOP_TILES entries.
+                    let listed = tiles.size() <= super::ops::MOE_COOP_TILES as u64 * 16;
+                    if listed
+                        && self
+                            .ops
+                            .experts_on_matrix_cores(w, &sel, items as u32, max_tiles)
                     {
                         self.ops.matmul_experts_coop(w, &sel, xr, yr, bias, e)?
                     } else {

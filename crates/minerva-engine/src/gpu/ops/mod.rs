@@ -577,7 +577,9 @@ impl Ops {
         match bufs.get(name) {
             Some(b) if b.size() >= bytes => b.clone(),
             _ => {
-                let b = self.ctx.storage(name, bytes.next_power_of_two());
+                let b = self
+                    .ctx
+                    .storage(name, crate::gpu::context::scratch_size(bytes));
                 bufs.insert(name, b.clone());
                 b
             }
