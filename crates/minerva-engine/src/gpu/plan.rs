@@ -82,8 +82,9 @@ impl Kernel {
         !matches!(self, Kernel::Norm { needed: false, .. })
     }
 
-    /// The fusion rule that made the kernel, as `fusion::RULES` names it ("" for one node on
-    /// its own).
+    /// The fusion rules that made the kernel, by their names in `fusion::RULES`, with "int8
+    /// records" on a product that reads records another kernel wrote ("" for one node on its
+    /// own).
     pub fn rule(&self) -> String {
         let mut parts: Vec<&str> = Vec::new();
         match self {
@@ -129,7 +130,7 @@ impl Kernel {
                     parts.extend(["rope q+k", "rope→KV write"]);
                 }
                 if *decode {
-                    parts.push("one-query attention doing both");
+                    parts.push("decode attention doing both");
                 }
                 if *records {
                     parts.push("attention→int8 records");
