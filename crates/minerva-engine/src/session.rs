@@ -297,7 +297,8 @@ impl Session {
             return Ok(None);
         }
         let penalized = sampler.penalized(history, last_unread);
-        let c = sampler.config.clone();
+        let u = sampler.next_uniform();
+        let c = &sampler.config;
         let s = DeviceSample {
             temperature: c.temperature,
             top_k: c.top_k,
@@ -306,7 +307,7 @@ impl Session {
             penalty: c.repetition_penalty,
             penalized: &penalized,
             with_chosen: last_unread && c.repetition_penalty != 1.0,
-            u: sampler.next_uniform(),
+            u,
         };
         self.model.choose_sampled(&s)
     }

@@ -320,6 +320,19 @@ impl GpuBackend {
         Ok(Choice::OnDevice(n))
     }
 
+    /// Records the `k` best of row `row` of `x` into the selection buffers.
+    fn record_top_k(&mut self, x: BufId, row: usize, k: usize) {
+        let cols = self.bufs[x.0 as usize].cols;
+        self.scratch("selected ids", (k * 4) as u64);
+        self.scratch("selected values", (k * 4) as u64);
+        self.scratch(
+            "select lists",
+            select_scratch_len(cols as u32, 1, k as u32) * 4,
+        );
+        self.scratch("counters", 4);
+        self.push(Node::TopK { x, row, k });
+    }
+
     /// Records the argmax of row `row` of `x` into the chosen-token buffer.
     fn record_argmax(&mut self, x: BufId, row: usize) -> Result<()> {
         self.check_rows(x, row + 1, None, "argmax")?;
@@ -666,17 +679,10 @@ impl Backend for GpuBackend {
             q.write_buffer(&self.pen_ids, 0, bytemuck::cast_slice(s.penalized));
         }
         self.sample_users = true;
-        self.scratch("selected ids", (k * 4) as u64);
-        self.scratch("selected values", (k * 4) as u64);
-        self.scratch(
-            "select lists",
-            select_scratch_len(cols as u32, 1, k as u32) * 4,
-        );
-        self.scratch("counters", 4);
         if s.penalty != 1.0 {
             self.push(Node::Penalize { x, row });
         }
-        self.push(Node::TopK { x, row, k });
+        self.record_top_k(x, row, k);
         self.push(Node::Sample { x, row, k });
         self.choice_on_device().map(Some)
     }
@@ -717,14 +723,7 @@ impl Backend for GpuBackend {
         if k == 0 {
             return Ok(Vec::new());
         }
-        self.scratch("selected ids", (k * 4) as u64);
-        self.scratch("selected values", (k * 4) as u64);
-        self.scratch(
-            "select lists",
-            select_scratch_len(cols as u32, 1, k as u32) * 4,
-        );
-        self.scratch("counters", 4);
-        self.push(Node::TopK { x, row, k });
+        self.record_top_k(x, row, k);
         let b = self.flush_read(&[
             (Src::Scratch("selected ids"), 0, (k * 4) as u64),
             (Src::Scratch("selected values"), 0, (k * 4) as u64),

@@ -147,12 +147,17 @@ impl GpuBackend {
     /// A scratch buffer of at least `bytes`; growing it submits the graph recorded so far and
     /// drops the encoded plans (they bind the old buffer).
     pub(super) fn scratch(&mut self, name: &'static str, bytes: u64) {
+        self.scratch_as(name, bytes, false);
+    }
+
+    /// `scratch`, of a buffer that kernels may also bind as a uniform (`uniform`).
+    fn scratch_as(&mut self, name: &'static str, bytes: u64, uniform: bool) {
         let small = self.scratch.get(name).is_none_or(|b| b.size() < bytes);
         if small {
             let _ = self.flush();
             self.forget_dispatches();
             let bytes = super::context::scratch_size(bytes);
-            let b = if name == "moe tiles" {
+            let b = if uniform {
                 self.ctx.storage_uniform(name, bytes)
             } else {
                 self.ctx.storage(name, bytes)
@@ -195,7 +200,7 @@ impl GpuBackend {
                 let tiles = moe_max_tiles(items as u32, experts as u32);
                 // Also bound as a uniform list by the matrix-core expert product.
                 let bytes = (tiles as u64 * 16).max(super::ops::MOE_COOP_TILES as u64 * 16);
-                self.scratch("moe tiles", bytes);
+                self.scratch_as("moe tiles", bytes, true);
             }
             let e0 = block.experts[0];
             for l in [&e0.gate, &e0.up, &e0.down] {

@@ -362,13 +362,19 @@ pub fn scratch_size(bytes: u64) -> u64 {
 impl GpuContext {
     /// A storage buffer of `bytes` (at least one word), zero-filled.
     pub fn storage(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.storage_usage(label, bytes, wgpu::BufferUsages::empty())
+    }
+
+    /// A zero-filled storage buffer with `extra` usages.
+    fn storage_usage(&self, label: &str, bytes: u64, extra: wgpu::BufferUsages) -> wgpu::Buffer {
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             // Whole vec4s, so kernels may read any buffer as an array of vec4.
             size: bytes.div_ceil(16).max(1) * 16,
             usage: wgpu::BufferUsages::STORAGE
                 | wgpu::BufferUsages::COPY_SRC
-                | wgpu::BufferUsages::COPY_DST,
+                | wgpu::BufferUsages::COPY_DST
+                | extra,
             mapped_at_creation: false,
         })
     }
@@ -376,15 +382,7 @@ impl GpuContext {
     /// A storage buffer of `bytes` that kernels may also bind as a uniform (a list one kernel
     /// writes and a later one reads in uniform control flow).
     pub fn storage_uniform(&self, label: &str, bytes: u64) -> wgpu::Buffer {
-        self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size: bytes.div_ceil(16).max(1) * 16,
-            usage: wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::UNIFORM
-                | wgpu::BufferUsages::COPY_SRC
-                | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        })
+        self.storage_usage(label, bytes, wgpu::BufferUsages::UNIFORM)
     }
 
     /// A storage buffer holding `data`.

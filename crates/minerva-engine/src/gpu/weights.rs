@@ -15,6 +15,17 @@ pub struct WeightPart {
     pub buffers: Vec<wgpu::Buffer>,
 }
 
+impl WeightPart {
+    /// The part's buffers bound as a decoder reads them (w0, w1, w2 at bindings 0, 1, 2).
+    pub fn entries(&self) -> Vec<(u32, &wgpu::Buffer)> {
+        self.buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (i as u32, b))
+            .collect()
+    }
+}
+
 pub struct GpuWeight {
     pub name: String,
     pub dtype: DType,

@@ -116,12 +116,7 @@ impl Ops {
                 _pad: [0; 3],
             };
             let ub = self.ctx.uniform("embed params", &params);
-            let mut entries: Vec<(u32, &wgpu::Buffer)> = part
-                .buffers
-                .iter()
-                .enumerate()
-                .map(|(i, b)| (i as u32, b))
-                .collect();
+            let mut entries = part.entries();
             entries.extend([(3, ids), (4, y), (5, &ub)]);
             out.push(self.dispatch(pipe.clone(), &entries, [units.div_ceil(8), tokens, 1]));
         }

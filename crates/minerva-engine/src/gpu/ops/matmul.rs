@@ -332,12 +332,7 @@ impl Ops {
                 out_rows: sel.out_dim as u32,
             };
             let ub = self.ctx.uniform("coop weights params", &params);
-            let mut entries: Vec<(u32, &wgpu::Buffer)> = part
-                .buffers
-                .iter()
-                .enumerate()
-                .map(|(i, b)| (i as u32, b))
-                .collect();
+            let mut entries = part.entries();
             entries.extend([(3, out), (4, &ub)]);
             if let Some((b, block)) = &bias {
                 entries.extend([(5, b.buf), (6, *block)]);
@@ -446,12 +441,7 @@ impl Ops {
                 _pad: 0,
             };
             let ub = self.ctx.uniform("matmul params", &params);
-            let mut entries: Vec<(u32, &wgpu::Buffer)> = part
-                .buffers
-                .iter()
-                .enumerate()
-                .map(|(i, b)| (i as u32, b))
-                .collect();
+            let mut entries = part.entries();
             entries.extend([(3, x.buf), (4, y.buf), (5, &ub)]);
             if let Some(e) = &experts {
                 entries.extend([(6, e.order), (8, e.tiles)]);

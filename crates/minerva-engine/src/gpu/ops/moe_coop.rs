@@ -130,12 +130,7 @@ impl Ops {
                     out_rows: n as u32 * rows,
                 };
                 let wub = self.ctx.uniform("coop expert weights params", &wp);
-                let mut entries: Vec<(u32, &wgpu::Buffer)> = part
-                    .buffers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| (i as u32, b))
-                    .collect();
+                let mut entries = part.entries();
                 entries.extend([(3, &w16), (4, &wub)]);
                 out.push(self.dispatch(
                     decode.clone(),

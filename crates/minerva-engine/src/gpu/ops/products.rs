@@ -15,10 +15,9 @@ use std::sync::Arc;
 /// Bindings of weight `i`'s buffers in `matvec_multi.wgsl` (its decoder instance's w0, w1, w2
 /// moved to 10·i on).
 pub(super) fn multi_weight_entries(i: usize, part: &WeightPart) -> Vec<(u32, &wgpu::Buffer)> {
-    part.buffers
-        .iter()
-        .enumerate()
-        .map(|(j, b)| (10 * i as u32 + j as u32, b))
+    part.entries()
+        .into_iter()
+        .map(|(j, b)| (10 * i as u32 + j, b))
         .collect()
 }
 
@@ -324,12 +323,7 @@ impl Ops {
                 _pad: 0,
             };
             let ub = self.ctx.uniform("matvec params", &params);
-            let mut entries: Vec<(u32, &wgpu::Buffer)> = part
-                .buffers
-                .iter()
-                .enumerate()
-                .map(|(i, b)| (i as u32, b))
-                .collect();
+            let mut entries = part.entries();
             let xbuf = x_binding(&quantized, x.buf);
             entries.extend([(3, xbuf), (4, y.buf), (5, &ub)]);
             if let Some(e) = &experts {
