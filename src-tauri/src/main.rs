@@ -2,42 +2,11 @@
 //! thin wrappers over minerva-service. Conversations live in the app data folder's SQLite file
 //! (`MINERVA_DB` names another).
 
-mod bench_commands;
 mod commands;
 
-use minerva_service::{ChatPiece, Service, ServiceEvent, Store};
-use serde_json::{json, Value};
+use minerva_service::{Service, ServiceEvent, Store};
 use std::sync::{Arc, OnceLock};
 use tauri::{Emitter, Manager};
-
-/// An event as the UI reads it: a reply's pieces carry `message_id` (the reply being written)
-/// and `kind`; its end carries the stats.
-fn for_ui(e: &ServiceEvent) -> Value {
-    let ServiceEvent::Chat(c) = e else {
-        return serde_json::to_value(e).unwrap_or(Value::Null);
-    };
-    let mut v = json!({"conversation_id": c.conversation_id, "message_id": c.turn_id});
-    match &c.piece {
-        ChatPiece::Text { text } => {
-            v["kind"] = "text".into();
-            v["text"] = text.as_str().into();
-        }
-        ChatPiece::Reasoning { text } => {
-            v["kind"] = "reasoning".into();
-            v["text"] = text.as_str().into();
-        }
-        ChatPiece::Done { message } => {
-            v["kind"] = "done".into();
-            v["stats"] = serde_json::to_value(&message.stats).unwrap_or(Value::Null);
-            v["stored_id"] = message.id.into();
-        }
-        ChatPiece::Error { message } => {
-            v["kind"] = "error".into();
-            v["message"] = message.as_str().into();
-        }
-    }
-    v
-}
 
 /// Without a display the window cannot open: say so, and show what the command line does.
 fn no_display() -> bool {
@@ -91,7 +60,7 @@ fn main() {
     let emitter = app_handle.clone();
     let sink = Arc::new(move |e: ServiceEvent| {
         if let Some(app) = emitter.get() {
-            let _ = app.emit(e.name(), for_ui(&e));
+            let _ = app.emit(e.name(), e.for_ui());
         }
     });
     let service = Service::new(store, sink);
@@ -105,40 +74,7 @@ fn main() {
             }
             Ok(())
         })
-        .invoke_handler(tauri::generate_handler![
-            commands::open_model,
-            commands::load_model,
-            commands::cancel_load,
-            commands::unload_model,
-            commands::adapters,
-            commands::loaded_models,
-            commands::found_models,
-            commands::catalogue_problems,
-            commands::list_conversations,
-            commands::create_conversation,
-            commands::rename_conversation,
-            commands::delete_conversation,
-            commands::get_messages,
-            commands::send_message,
-            commands::regenerate,
-            commands::edit_message,
-            commands::stop,
-            commands::update_settings,
-            commands::status,
-            bench_commands::bench_catalogue,
-            bench_commands::bench_formats,
-            bench_commands::start_bench,
-            bench_commands::cancel_bench,
-            bench_commands::bench_runs,
-            bench_commands::bench_run,
-            bench_commands::compare_bench_runs,
-            bench_commands::delete_bench_run,
-            bench_commands::import_bench_report,
-            bench_commands::export_bench_run,
-            bench_commands::save_png,
-            bench_commands::app_settings,
-            bench_commands::set_app_settings,
-        ])
+        .invoke_handler(tauri::generate_handler![commands::call])
         .run(tauri::generate_context!());
     if let Err(e) = result {
         eprintln!("error: the window could not run: {e}");

@@ -145,7 +145,7 @@ def first_run(d, args, shot):
     options = [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "section.card select option")]
     adapters = d.execute_async_script(
         "const done = arguments[arguments.length - 1];"
-        "window.__TAURI_INTERNALS__.invoke('adapters').then((a) => done(a.map((x) => x.name)));")
+        "window.__TAURI_INTERNALS__.invoke('call', {command: 'adapters'}).then((a) => done(a.map((x) => x.name)));")
     assert options == ["auto", "gpu", "cpu"] + adapters, (options, adapters)
 
     # A load cancelled as soon as it starts (Load, and Cancel on the next frame, as fast as a
@@ -159,7 +159,7 @@ def first_run(d, args, shot):
             const cancel = byText('section.load button', 'Cancel');
             if (!cancel) return done('no Cancel button');
             cancel.click();
-            setTimeout(() => window.__TAURI_INTERNALS__.invoke('loaded_models').then(
+            setTimeout(() => window.__TAURI_INTERNALS__.invoke('call', {command: 'loaded_models'}).then(
                 (m) => done({bar: document.querySelector('section.load').innerText, loaded: m.length})), 1000);
         });""")
     assert isinstance(state, dict) and "Cancelled loading" in state["bar"] and state["loaded"] == 0, state
@@ -286,7 +286,7 @@ def third_run(d, shot):
     wait_text(d, "//section[@aria-label='Loaded models']", "", timeout=30)
     loaded = d.execute_async_script(
         "const done = arguments[arguments.length - 1];"
-        "window.__TAURI_INTERNALS__.invoke('loaded_models').then((m) => done(m.length));")
+        "window.__TAURI_INTERNALS__.invoke('call', {command: 'loaded_models'}).then((m) => done(m.length));")
     assert loaded == 0, loaded
     chat_screen(d)
     titles = "//aside[@aria-label='Conversations']//button[contains(text(),'What is')]"

@@ -47,7 +47,7 @@ def fill(d, label, value):
 def invoke(d, command, args):
     return d.execute_async_script(
         "const done = arguments[arguments.length - 1];"
-        "window.__TAURI_INTERNALS__.invoke(arguments[0], arguments[1])"
+        "window.__TAURI_INTERNALS__.invoke('call', {command: arguments[0], args: arguments[1]})"
         ".then((v) => done({ok: v}), (e) => done({err: String(e)}));", command, args)
 
 

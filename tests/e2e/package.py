@@ -60,7 +60,7 @@ def main():
                 # The UI answers: a command goes to the installed binary and comes back.
                 runs = d.execute_async_script(
                     "const done = arguments[arguments.length - 1];"
-                    "window.__TAURI_INTERNALS__.invoke('bench_runs').then(done, (e) => done(String(e)));")
+                    "window.__TAURI_INTERNALS__.invoke('call', {command: 'bench_runs'}).then(done, (e) => done(String(e)));")
                 assert runs == [], runs
                 Shots(args.out)(d, "21-installed-package")
             finally:

@@ -96,6 +96,7 @@ pub fn measure(once: &Once) -> Result<serde_json::Value, String> {
         max_tokens: once.gen_tokens,
         sampler: SamplerConfig::default(),
         stop: Vec::new(),
+        logprobs: None,
     };
     let stats = session
         .generate(&request, &AtomicBool::new(false), &mut NoText, &mut |_| {})

@@ -36,6 +36,8 @@ enum Command {
     Synth(commands::synth::Args),
     /// Compare one model's formats: load, first token, prefill, decode, memory and drift.
     Bench(commands::bench::Args),
+    /// Serve models over an OpenAI-compatible HTTP API (and the app in a browser with --ui).
+    Serve(commands::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
         Command::Convert(args) => commands::convert::run(args),
         Command::Synth(args) => commands::synth::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Serve(args) => commands::serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -20,4 +20,7 @@ pub use gpu::GpuBackend;
 pub use load::{load, load_observed, Loaded};
 pub use model::{KvCache, Model};
 pub use sampler::{Sampler, SamplerConfig};
-pub use session::{Event, Request, Session, SessionHandle, Stats, StopReason, TokenText};
+pub use session::{
+    Event, Request, Session, SessionHandle, Stats, StopReason, TokenLogprobs, TokenText,
+    MAX_TOP_LOGPROBS,
+};

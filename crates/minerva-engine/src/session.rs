@@ -86,6 +86,9 @@ pub enum Event {
     },
     /// Text the detokenizer held back until the end (sent before `Done`, only when not empty).
     Text(String),
+    /// The log-probabilities of the token whose `Token` event follows, when the request asked
+    /// for them.
+    Logprobs(TokenLogprobs),
     Done {
         stats: Stats,
     },
@@ -101,6 +104,44 @@ pub struct Request {
     pub sampler: SamplerConfig,
     /// Ids that end the generation (eos, end of turn).
     pub stop: Vec<u32>,
+    /// `Some(n)`: each token's log-probability and the `n` most likely alternatives are sent
+    /// (a [`Event::Logprobs`] before its token). The logits are then read back every step.
+    pub logprobs: Option<usize>,
+}
+
+/// Most alternatives a request may ask for (as OpenAI's API allows).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// A generated token's log-probability under the model's distribution (before temperature and
+/// the other sampler settings, as OpenAI-compatible servers report it), and the most likely
+/// tokens at that step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    pub id: u32,
+    pub logprob: f32,
+    /// (id, log-probability), most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprobs {
+    /// The log-probabilities of `id` and of the `n` best tokens in a row of logits.
+    pub fn of(logits: &[f32], id: u32, n: usize) -> TokenLogprobs {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let log_sum = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+        let lp = |i: usize| logits.get(i).map_or(f32::NEG_INFINITY, |&l| l - log_sum);
+        let n = n.min(MAX_TOP_LOGPROBS).min(logits.len());
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        if n > 0 {
+            order.select_nth_unstable_by(n - 1, |&a, &b| logits[b].total_cmp(&logits[a]));
+        }
+        order.truncate(n);
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        TokenLogprobs {
+            id,
+            logprob: lp(id as usize),
+            top: order.into_iter().map(|i| (i as u32, lp(i))).collect(),
+        }
+    }
 }
 
 /// A model and one conversation's cache.
@@ -189,9 +230,20 @@ impl Session {
             if generated == req.max_tokens {
                 break StopReason::MaxTokens;
             }
-            let choice = match ahead.take() {
-                Some(c) => c,
-                None => self.choose(&mut sampler, &history)?,
+            let choice = match (ahead.take(), req.logprobs) {
+                (Some(c), _) => c,
+                (None, Some(n)) => {
+                    // The whole row is read: the token is chosen from it on the host.
+                    let logits = self.model.last_logits()?;
+                    let id = if sampler.config.is_plain_argmax() {
+                        argmax(&logits)
+                    } else {
+                        sampler.sample(&logits, &history)
+                    };
+                    emit(Event::Logprobs(TokenLogprobs::of(&logits, id, n)));
+                    Choice::Known(id)
+                }
+                (None, None) => self.choose(&mut sampler, &history)?,
             };
             // A choice left on the device gets its step queued before it is read, so that the
             // device does not wait for the host between tokens. If the token ends the turn,
@@ -359,6 +411,17 @@ impl Session {
             thread: Some(thread),
         }
     }
+}
+
+/// The first index of the largest logit.
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
 }
 
 fn rate(n: f64, secs: f64) -> f64 {

@@ -117,6 +117,7 @@ fn turn(s: &mut Session, max_tokens: usize, stop: Vec<u32>) -> (Vec<u32>, StopRe
         max_tokens,
         sampler: SamplerConfig::default(),
         stop,
+        logprobs: None,
     };
     let mut ids = Vec::new();
     let stats = s

@@ -166,6 +166,7 @@ fn turn(s: &mut Session, cfg: &SamplerConfig) -> Vec<u32> {
         max_tokens: 12,
         sampler: cfg.clone(),
         stop: Vec::new(),
+        logprobs: None,
     };
     let mut ids = Vec::new();
     s.generate(&req, &AtomicBool::new(false), &mut NoText, &mut |e| {

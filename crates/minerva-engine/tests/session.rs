@@ -26,6 +26,7 @@ fn request(prompt: Vec<u32>, max_tokens: usize) -> Request {
         max_tokens,
         sampler: SamplerConfig::default(),
         stop: vec![],
+        logprobs: None,
     }
 }
 
@@ -130,7 +131,7 @@ fn streams_from_its_own_thread_and_cancels() {
             Event::Token { id, .. } => ids.push(id),
             Event::Done { stats } => break stats,
             Event::Error(e) => panic!("{e}"),
-            Event::Text(_) => {}
+            Event::Text(_) | Event::Logprobs(_) => {}
         }
     };
     assert_eq!(ids.len(), 5);
@@ -155,7 +156,7 @@ fn streams_from_its_own_thread_and_cancels() {
             }
             Event::Done { stats } => break stats,
             Event::Error(e) => panic!("{e}"),
-            Event::Text(_) => {}
+            Event::Text(_) | Event::Logprobs(_) => {}
         }
     };
     assert_eq!(stats.stop_reason, StopReason::Cancelled);
@@ -276,4 +277,41 @@ fn a_panic_in_generation_is_an_error_event_and_the_session_says_it_stopped() {
         Some(Event::Error(e)) => assert!(e.contains("load the model again"), "{e}"),
         other => panic!("expected an error from the stopped session, got {other:?}"),
     }
+}
+
+#[test]
+fn logprobs_come_with_each_token_and_leave_the_choice_unchanged() {
+    let mut s = Session::new(model("llama/f32"), 256, 0.0).unwrap();
+    let plain = run(&mut s, &request(PROMPT.to_vec(), 5)).0;
+    let mut s = Session::new(model("llama/f32"), 256, 0.0).unwrap();
+    let mut req = request(PROMPT.to_vec(), 5);
+    req.logprobs = Some(3);
+    let mut events = Vec::new();
+    s.generate(&req, &AtomicBool::new(false), &mut NoText, &mut |e| {
+        events.push(e)
+    })
+    .unwrap();
+    let mut ids = Vec::new();
+    let mut logprobs = Vec::new();
+    for pair in events.windows(2) {
+        if let [Event::Logprobs(l), Event::Token { id, .. }] = pair {
+            assert_eq!(l.id, *id, "a token's logprobs come just before it");
+            ids.push(*id);
+            logprobs.push(l.clone());
+        }
+    }
+    assert_eq!(ids, plain, "greedy tokens with logprobs = without");
+    // The first token's log-probabilities are the log-softmax of the prompt's last logits.
+    let logits = fresh_last_logits("llama/f32", &PROMPT);
+    let max = logits.iter().copied().fold(f32::MIN, f32::max);
+    let z: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+    let first = &logprobs[0];
+    assert_eq!(first.top.len(), 3);
+    assert_eq!(first.top[0].0, ids[0], "greedy takes the most likely token");
+    for &(id, lp) in &first.top {
+        let want = logits[id as usize] - max - z.ln();
+        assert!((lp - want).abs() < 1e-4, "token {id}: {lp} vs {want}");
+    }
+    assert!(first.top.windows(2).all(|w| w[0].1 >= w[1].1));
+    assert!((first.logprob - first.top[0].1).abs() < 1e-6);
 }

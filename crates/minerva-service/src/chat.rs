@@ -5,6 +5,7 @@
 use crate::error::{Result, ServiceError};
 use crate::events::{ChatEvent, ChatPiece, ServiceEvent, Sink};
 use crate::models::{ChatPrep, LoadedModel};
+use crate::reply::ReplyText;
 use crate::settings::Settings;
 use crate::store::{Conversation, Role, Stats, Store};
 use minerva_engine::session::TextStream;
@@ -71,6 +72,7 @@ pub fn start(turn: Turn) -> Result<Arc<AtomicBool>> {
         max_tokens: conv.settings.max_tokens.max(1),
         sampler: conv.settings.sampler(fresh_seed),
         stop: prep.stop.clone(),
+        logprobs: None,
     };
     // Special tokens stay in the text: the splitter reads harmony channels from them.
     let text = TextStream::new(prep.tokenizer.clone(), false);
@@ -106,8 +108,7 @@ fn forward(turn: Turn, mut events: tokio::sync::mpsc::UnboundedReceiver<Event>) 
             });
         }
     };
-    let stop = &turn.model.prep.stop;
-    let mut splitter = turn.model.prep.builder.output_splitter();
+    let mut text = ReplyText::new(&turn.model.prep, Vec::new());
     let (mut answer, mut reasoning) = (String::new(), String::new());
     let mut pending = Pending::default();
     let mut last_send = Instant::now();
@@ -127,17 +128,8 @@ fn forward(turn: Turn, mut events: tokio::sync::mpsc::UnboundedReceiver<Event>) 
     };
     let stats = loop {
         match events.blocking_recv() {
-            // A stop token ends the turn; its text (an end-of-turn marker) is not the answer's.
-            Some(Event::Token { id, .. }) if stop.contains(&id) => {}
-            Some(Event::Token { text, .. }) | Some(Event::Text(text)) => {
-                take(splitter.push(&text), &mut pending);
-                if last_send.elapsed() >= BATCH {
-                    flush(&mut pending);
-                    last_send = Instant::now();
-                }
-            }
             Some(Event::Done { stats }) => {
-                take(splitter.finish(), &mut pending);
+                take(text.finish(), &mut pending);
                 flush(&mut pending);
                 break stats;
             }
@@ -147,6 +139,13 @@ fn forward(turn: Turn, mut events: tokio::sync::mpsc::UnboundedReceiver<Event>) 
                     message: ServiceError::Engine(message).to_string(),
                 });
                 return;
+            }
+            Some(event) => {
+                take(text.push(&event), &mut pending);
+                if last_send.elapsed() >= BATCH {
+                    flush(&mut pending);
+                    last_send = Instant::now();
+                }
             }
             None => {
                 send(ChatPiece::Error {

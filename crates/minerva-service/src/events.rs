@@ -6,6 +6,7 @@
 use crate::models::ModelInfo;
 use crate::store::Message;
 use serde::Serialize;
+use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// Where events go; called from the service's threads.
@@ -91,5 +92,36 @@ impl ServiceEvent {
             ServiceEvent::BenchDone { .. } => "bench-done",
             ServiceEvent::BenchError { .. } => "bench-error",
         }
+    }
+}
+
+impl ServiceEvent {
+    /// The event as the UI reads it, in the app and in a browser alike: a reply's pieces carry
+    /// `message_id` (the reply being written) and `kind`; its end carries the stats.
+    pub fn for_ui(&self) -> Value {
+        let ServiceEvent::Chat(c) = self else {
+            return serde_json::to_value(self).unwrap_or(Value::Null);
+        };
+        let mut v = json!({"conversation_id": c.conversation_id, "message_id": c.turn_id});
+        match &c.piece {
+            ChatPiece::Text { text } => {
+                v["kind"] = "text".into();
+                v["text"] = text.as_str().into();
+            }
+            ChatPiece::Reasoning { text } => {
+                v["kind"] = "reasoning".into();
+                v["text"] = text.as_str().into();
+            }
+            ChatPiece::Done { message } => {
+                v["kind"] = "done".into();
+                v["stats"] = serde_json::to_value(&message.stats).unwrap_or(Value::Null);
+                v["stored_id"] = message.id.into();
+            }
+            ChatPiece::Error { message } => {
+                v["kind"] = "error".into();
+                v["message"] = message.as_str().into();
+            }
+        }
+        v
     }
 }

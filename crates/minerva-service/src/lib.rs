@@ -9,10 +9,14 @@ pub mod bench_runs;
 pub mod card;
 pub mod catalogue;
 pub mod chat;
+pub mod commands;
+pub mod completion;
 pub mod error;
 pub mod events;
 pub mod library;
 pub mod models;
+pub mod remote;
+pub mod reply;
 pub mod settings;
 pub mod store;
 
@@ -20,6 +24,9 @@ pub use app_settings::AppSettings;
 pub use bench::{BenchFormat, BenchRequest};
 pub use bench_runs::BenchRunSummary;
 pub use card::{card, ModelCard};
+pub use completion::{
+    Completion, CompletionDone, CompletionEvent, CompletionPrompt, CompletionRequest, LogprobView,
+};
 pub use error::{Result, ServiceError};
 pub use events::{ChatEvent, ChatPiece, ServiceEvent, Sink};
 pub use models::{BackendRequest, LoadedModel, ModelInfo};
@@ -155,6 +162,22 @@ impl Service {
         found
     }
 
+    /// The models a caller may see: all of [`Service::found_models`] for the app's window; for
+    /// a browser through the server, only what the server was started with and what its
+    /// allowed folders hold.
+    pub fn found_models_for(&self, access: &commands::Access) -> Vec<library::FoundModel> {
+        match access {
+            commands::Access::Local => self.found_models(),
+            commands::Access::Served { models, folders } => {
+                let places: Vec<PathBuf> = models.iter().chain(folders).cloned().collect();
+                library::found_models(&self.store, None, &places)
+                    .into_iter()
+                    .filter(|f| access.readable(&f.path).is_ok())
+                    .collect()
+            }
+        }
+    }
+
     /// The shipped catalogue extended by the user's, with a line per bad entry.
     pub fn catalogue(&self) -> catalogue::Catalogue {
         catalogue::Catalogue::load(user_catalogue_path().as_deref())
@@ -241,6 +264,16 @@ impl Service {
 
     pub fn loaded(&self) -> Vec<ModelInfo> {
         lock(&self.models).iter().map(|m| m.info.clone()).collect()
+    }
+
+    /// Queues a completion on a loaded model (see [`completion`]).
+    pub fn complete(&self, model_id: u64, req: CompletionRequest) -> Result<Completion> {
+        let model = lock(&self.models)
+            .iter()
+            .find(|m| m.info.id == model_id)
+            .cloned()
+            .ok_or(ServiceError::NoSuchModel(model_id))?;
+        completion::start(model, req)
     }
 
     /// A new conversation with the model at `model_path` (default: the last one loaded).

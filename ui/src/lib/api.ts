@@ -1,6 +1,6 @@
 // TypeScript mirrors of the Rust service's JSON (snake_case, as serde writes it): models,
-// conversations, messages, stats, settings, benchmarks, the app's settings, and the payloads of
-// its commands and events.
+// remote engines, conversations, messages, stats, settings, benchmarks, the app's settings, and
+// the payloads of its commands and events.
 
 /** Ids as the service sends them (SQLite rowids or strings: compared with ===, never parsed). */
 export type Id = number | string;
@@ -40,14 +40,28 @@ export type ModelSource =
   | 'llamacpp'
   | 'ollama'
   | 'jan'
-  | 'dropped';
+  | 'dropped'
+  | 'remote';
 
+/**
+ * A model found on disk, in the catalogue, or served by a remote engine: then its path is
+ * `<engine url>#<model id>`, its format "remote", its bytes 0, and it has no card.
+ */
 export interface FoundModel {
   path: string;
   name: string;
-  format: ModelFormat;
+  format: ModelFormat | 'remote';
   bytes: number;
   source: ModelSource;
+}
+
+/** An OpenAI-compatible server (vLLM, llama.cpp's server, another Minerva) used as a model source. */
+export interface RemoteEngine {
+  /** As the service normalized it, e.g. "http://127.0.0.1:8081/v1". */
+  url: string;
+  models: string[];
+  /** Why it cannot be reached now, in words; null when it answers. */
+  error: string | null;
 }
 
 /** A GPU adapter a model can be loaded on by name. */
@@ -64,7 +78,8 @@ export interface LoadedModel {
   id: Id;
   path: string;
   name: string;
-  backend: 'cpu' | 'gpu';
+  backend: 'cpu' | 'gpu' | 'remote';
+  /** The adapter's name; a remote engine's url. */
   adapter: string | null;
   load_ms: number;
   ctx: number;

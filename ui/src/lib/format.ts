@@ -1,5 +1,5 @@
 // Plain-words formatting of numbers the UI shows: bytes, parameter counts, durations, rates,
-// the stats line under a reply, and dtype mixes.
+// the stats line under a reply, and dtype mixes; and the parts of a remote model's path.
 import type { Stats, StopReason } from './api';
 
 /** 1536 → "1.5 KiB"; binary units, as memory is counted. */
@@ -72,4 +72,19 @@ export function formatDtypes(d: Record<string, number>): string {
 export function formatTime(t: number | string): string {
   const d = new Date(t);
   return Number.isNaN(d.getTime()) ? '' : d.toLocaleString();
+}
+
+/**
+ * A remote engine's model, `<engine url>#<model id>`, taken apart: the engine's url, the model's
+ * id and the engine's host ("gpu-box:8000"); null for any other path.
+ */
+export function remotePath(path: string): { url: string; model: string; host: string } | null {
+  const hash = path.indexOf('#');
+  if (hash < 0 || !/^https?:\/\//i.test(path)) return null;
+  const url = path.slice(0, hash);
+  try {
+    return { url, model: path.slice(hash + 1), host: new URL(url).host };
+  } catch {
+    return null;
+  }
 }

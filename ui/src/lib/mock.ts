@@ -1,7 +1,7 @@
 // An in-memory fake of the Minerva service behind the Transport interface: models to find,
-// open and load (with progress), conversations and messages, replies streamed token by token
-// with setTimeout, the app's settings, and benchmarks (mock-bench.ts). Used by the tests and by
-// `npm run dev` in a plain browser.
+// open and load (with progress), remote engines and their models, conversations and messages,
+// replies streamed token by token with setTimeout, the app's settings, and benchmarks
+// (mock-bench.ts). Used by the tests and by `npm run dev` in a plain browser.
 import type { Transport } from './transport';
 import { createBenchMock } from './mock-bench';
 import {
@@ -15,6 +15,7 @@ import {
   type Message,
   type ModelCard,
   type ModelFormat,
+  type RemoteEngine,
   type Settings,
   type Stats,
   type StopReason,
@@ -110,6 +111,30 @@ function nameOf(path: string): string {
   return (path.split(/[\\/]/).pop() ?? path).replace(/\.(gguf|safetensors)$/i, '');
 }
 
+/** The models a fake remote engine serves, by its port (any other port: the first list). */
+const REMOTE_MODELS: Record<string, string[]> = {
+  '8000': ['Qwen/Qwen3-8B', 'meta-llama/Llama-3.1-8B-Instruct'],
+  '8080': ['gemma-3-4b-it'],
+};
+
+/**
+ * "gpu-box:8000/" → "http://gpu-box:8000/v1", as the service normalizes an engine's URL; throws
+ * the service's words for what is not a URL.
+ */
+export function normalizeEngineUrl(raw: string): string {
+  let text = raw.trim();
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(text)) text = `http://${text}`;
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw `"${raw}" is not a URL: expected something like http://gpu-box:8000/v1.`;
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw `"${raw}" is not an http:// or https:// URL.`;
+  const path = url.pathname.replace(/\/+$/, '');
+  return `${url.protocol}//${url.host}${path.endsWith('/v1') ? path : `${path}/v1`}`;
+}
+
 /** Splits text into token-sized pieces: words with their leading space, punctuation, newlines. */
 export function mockTokens(text: string): string[] {
   return text.match(/\n|[ \t]*[A-Za-z0-9_']+|[ \t]*[^\sA-Za-z0-9_']|[ \t]+/g) ?? [];
@@ -146,6 +171,14 @@ export function createMockTransport(options: MockOptions = {}): Transport {
   const conversations: Conversation[] = [];
   const messages: Message[] = [];
   const loads = new Map<Id, ReturnType<typeof setInterval>>();
+  const remotes: RemoteEngine[] = [];
+  /** `<url>#<model>` of a remote engine's model, or null when no engine added serves it. */
+  const remoteOf = (path: string) => {
+    const hash = path.indexOf('#');
+    const engine = hash < 0 ? undefined : remotes.find((r) => r.url === path.slice(0, hash));
+    const model = path.slice(hash + 1);
+    return engine && engine.models.includes(model) ? { url: engine.url, model } : null;
+  };
   const generations = new Map<Id, Generation>();
   let replyTurn = 0;
   let appSettings: AppSettings = {
@@ -284,8 +317,32 @@ export function createMockTransport(options: MockOptions = {}): Transport {
 
   type Args = Record<string, any>;
   const commands: Record<string, (a: Args) => unknown> = {
-    open_model: ({ path }) => card(String(path ?? '')),
+    open_model: ({ path }) => {
+      if (remoteOf(String(path ?? ''))) throw "A remote engine's model has no card: load it from the list of remote models.";
+      return card(String(path ?? ''));
+    },
     load_model: ({ path, backend, ctx }) => {
+      const remote = remoteOf(String(path ?? ''));
+      if (remote) {
+        // Nothing to read from disk: no progress, only the engine's answer.
+        const load_id = `load-${id()}`;
+        const timer = setTimeout(() => {
+          loads.delete(load_id);
+          const model: LoadedModel = {
+            id: id(),
+            path,
+            name: remote.model,
+            backend: 'remote',
+            adapter: remote.url,
+            load_ms: loadTickMs,
+            ctx: ctx ?? 4096,
+          };
+          loaded.splice(0, loaded.length, model);
+          emit('load-done', { load_id, model });
+        }, loadTickMs);
+        loads.set(load_id, timer);
+        return { load_id };
+      }
       card(path);
       const load_id = `load-${id()}`;
       const total = card(path).memory.weights_bytes;
@@ -320,6 +377,7 @@ export function createMockTransport(options: MockOptions = {}): Transport {
     },
     cancel_load: ({ load_id }) => {
       const t = loads.get(load_id);
+      // (clearInterval clears a remote load's setTimeout too: they share one id space)
       if (t) clearInterval(t);
       loads.delete(load_id);
       return null;
@@ -333,7 +391,33 @@ export function createMockTransport(options: MockOptions = {}): Transport {
       { name: 'Mock GPU', description: 'Mock GPU (Vulkan, driver mock 1.0), 24 GiB', software: false, memory_bytes: 24 * 2 ** 30 },
     ],
     loaded_models: () => loaded.slice(),
-    found_models: () => FOUND.slice(),
+    found_models: () => [
+      ...FOUND,
+      ...remotes.flatMap((r) =>
+        r.models.map((m): FoundModel => ({ path: `${r.url}#${m}`, name: m, format: 'remote', bytes: 0, source: 'remote' })),
+      ),
+    ],
+    add_remote_engine: ({ url, api_key }) => {
+      const normalized = normalizeEngineUrl(String(url ?? ''));
+      const host = new URL(normalized).hostname;
+      // Hosts named "down…" never answer; hosts named "secure…" want the key "secret".
+      if (/^down/i.test(host)) throw `Could not reach ${normalized}: connection refused.`;
+      if (/^secure/i.test(host) && api_key !== 'secret') {
+        throw `${normalized} refused the API key (401 Unauthorized): check the key the engine was started with.`;
+      }
+      const port = new URL(normalized).port;
+      const engine: RemoteEngine = { url: normalized, models: (REMOTE_MODELS[port] ?? REMOTE_MODELS['8000']).slice(), error: null };
+      const i = remotes.findIndex((r) => r.url === normalized);
+      if (i >= 0) remotes[i] = engine;
+      else remotes.push(engine);
+      return { url: engine.url, models: engine.models.slice() };
+    },
+    remove_remote_engine: ({ url }) => {
+      const i = remotes.findIndex((r) => r.url === url);
+      if (i >= 0) remotes.splice(i, 1);
+      return null;
+    },
+    remote_engines: () => remotes.map((r) => ({ ...r, models: r.models.slice() })),
     catalogue_problems: () => [],
     list_conversations: ({ query } = {}) => {
       const q = String(query ?? '').trim().toLowerCase();
@@ -408,7 +492,8 @@ export function createMockTransport(options: MockOptions = {}): Transport {
     },
     status: () => ({
       model: loaded[0] ?? null,
-      memory_used_bytes: loaded.length ? card(loaded[0].path).memory.weights_bytes : null,
+      // A remote engine's model takes no memory here.
+      memory_used_bytes: loaded.length && loaded[0].backend !== 'remote' ? card(loaded[0].path).memory.weights_bytes : null,
     }),
     app_settings: () => ({ ...appSettings, model_folders: appSettings.model_folders.slice() }),
     set_app_settings: ({ settings }) => {

@@ -8,6 +8,7 @@ pub mod info;
 mod progress;
 pub mod run;
 pub mod score;
+pub mod serve;
 pub mod synth;
 pub mod template;
 pub mod tokenize;

@@ -136,6 +136,7 @@ pub fn run(args: Args) -> Result<(), String> {
         } else {
             p.stop.clone()
         },
+        logprobs: None,
     };
     let (mut events, _cancel) =
         handle.generate(req, Box::new(TextStream::new(p.tokenizer.clone(), true)));
@@ -149,6 +150,7 @@ pub fn run(args: Args) -> Result<(), String> {
             }
             Some(Event::Text(piece)) => show(&mut out, &mut text, &piece, args.json),
             Some(Event::Done { stats }) => break stats,
+            Some(Event::Logprobs(_)) => {}
             Some(Event::Error(e)) => return Err(e),
             None => return Err("generation ended without a result".into()),
         }

@@ -2,7 +2,8 @@
 // in progress (a row per format from `bench-progress`, cancel), the results on show (a run, or
 // two compared), and the history of past runs (open, delete, compare, import, export).
 import type { Transport } from '../transport';
-import { pickPaths, pickSavePath, type FileFilter } from '../transport';
+import { isHttpPage, pickPaths, pickSavePath, type FileFilter } from '../transport';
+import { base64Bytes, downloadFile } from '../download';
 import { errorText } from '../errors';
 import type {
   AppSettings,
@@ -165,7 +166,8 @@ export class BenchStore {
     if (catalogue.status === 'fulfilled') this.catalogue = catalogue.value;
     else this.error = errorText(catalogue.reason);
     // The catalogue has its own list here; recent models are on disk too.
-    if (found.status === 'fulfilled') this.found = found.value.filter((f) => f.source !== 'catalogue');
+    // Catalogue models are offered by id above; a remote engine's model has no files to measure.
+    if (found.status === 'fulfilled') this.found = found.value.filter((f) => f.source !== 'catalogue' && f.source !== 'remote');
   }
 
   async refreshHistory(): Promise<void> {
@@ -372,12 +374,21 @@ export class BenchStore {
     }
   }
 
-  /** Saves the open run as JSON, CSV, Markdown or HTML where the user says. */
+  /**
+   * Saves the open run as JSON, CSV, Markdown or HTML where the user says. In a page served over
+   * HTTP the JSON report, already in the page, is a browser download (the server saves no
+   * files; it says so for the other formats).
+   */
   async exportRun(format: BenchExportFormat): Promise<void> {
     const view = this.view;
     const kind = EXPORTS.find((e) => e.format === format);
     if (!view || this.viewKind !== 'run' || !kind) return;
-    const path = await pickSavePath(`${slug(view.summary.model)}-bench.${kind.ext}`, [{ name: kind.name, extensions: [kind.ext] }]);
+    const name = `${slug(view.summary.model)}-bench.${kind.ext}`;
+    if (format === 'json' && isHttpPage()) {
+      downloadFile(name, new Blob([JSON.stringify(view.report, null, 2)], { type: 'application/json' }));
+      return;
+    }
+    const path = await pickSavePath(name, [{ name: kind.name, extensions: [kind.ext] }]);
     if (!path) return;
     try {
       await this.#t.invoke('export_bench_run', { id: view.summary.id, format, path });
@@ -387,8 +398,12 @@ export class BenchStore {
     }
   }
 
-  /** Saves a chart already turned into PNG (base64) where the user says. */
+  /** Saves a chart already turned into PNG (base64) where the user says; a download over HTTP. */
   async savePng(defaultName: string, base64: string): Promise<void> {
+    if (isHttpPage()) {
+      downloadFile(defaultName, new Blob([base64Bytes(base64)], { type: 'image/png' }));
+      return;
+    }
     const path = await pickSavePath(defaultName, [{ name: 'PNG image', extensions: ['png'] }]);
     if (!path) return;
     try {

@@ -1,6 +1,7 @@
 // The models state: the opened model's card, the load in progress (bytes, cancel, errors in
-// plain words), the loaded models, the models found on disk and in the catalogue, and the
-// service status (loaded model, memory in use) the status bar shows.
+// plain words), the loaded models, the models found on disk, in the catalogue and on remote
+// engines (added and removed here), and the service status (loaded model, memory in use) the
+// status bar shows.
 import type { Transport } from '../transport';
 import { errorText } from '../errors';
 import type {
@@ -12,6 +13,7 @@ import type {
   LoadProgressEvent,
   LoadedModel,
   ModelCard,
+  RemoteEngine,
   Status,
 } from '../api';
 
@@ -49,10 +51,14 @@ export class ModelsStore {
   /** GPU adapters that can be named as the backend. */
   adapters = $state<Adapter[]>([]);
   ctx = $state(4096);
+  /** OpenAI-compatible servers whose models are offered beside the local ones. */
+  remotes = $state<RemoteEngine[]>([]);
+  addingRemote = $state(false);
 
   recent = $derived(this.found.filter((f) => f.source === 'recent'));
   catalogue = $derived(this.found.filter((f) => f.source === 'catalogue'));
   onDisk = $derived(this.found.filter((f) => FOUND_ON_DISK.has(f.source)));
+  remote = $derived(this.found.filter((f) => f.source === 'remote'));
   busy = $derived(this.load?.phase === 'starting' || this.load?.phase === 'loading');
 
   /** Called when a load finishes (the app opens a chat with the model). */
@@ -102,7 +108,51 @@ export class ModelsStore {
     } catch (err) {
       this.error = errorText(err);
     }
-    await this.refreshStatus();
+    await Promise.all([this.refreshStatus(), this.#refreshRemotes()]);
+  }
+
+  async #refreshRemotes(): Promise<void> {
+    try {
+      this.remotes = await this.#t.invoke<RemoteEngine[]>('remote_engines');
+    } catch {
+      // the local models still work; the list keeps what it showed
+    }
+  }
+
+  /** Adds an OpenAI-compatible server as a model source; false (and the error shown) when refused. */
+  async addRemote(url: string, apiKey = ''): Promise<boolean> {
+    url = url.trim();
+    apiKey = apiKey.trim();
+    if (!url || this.addingRemote) return false;
+    this.addingRemote = true;
+    this.error = null;
+    try {
+      await this.#t.invoke<RemoteEngine>('add_remote_engine', apiKey ? { url, api_key: apiKey } : { url });
+      await this.refresh(); // its models join the found ones
+      return true;
+    } catch (err) {
+      this.error = errorText(err);
+      return false;
+    } finally {
+      this.addingRemote = false;
+    }
+  }
+
+  async removeRemote(url: string): Promise<void> {
+    this.error = null;
+    try {
+      await this.#t.invoke('remove_remote_engine', { url });
+      this.remotes = this.remotes.filter((r) => r.url !== url);
+    } catch (err) {
+      this.error = errorText(err);
+    }
+    await this.refresh();
+  }
+
+  /** A found model's name was clicked: its card; a remote model has none, so it loads. */
+  async openFound(m: FoundModel): Promise<void> {
+    if (m.format === 'remote') await this.startLoad(m.path);
+    else await this.open(m.path);
   }
 
   async refreshStatus(): Promise<void> {
