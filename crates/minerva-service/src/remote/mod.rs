@@ -9,6 +9,8 @@ mod wire;
 #[cfg(test)]
 mod live_tests;
 #[cfg(test)]
+mod test_server;
+#[cfg(test)]
 mod tests;
 
 use std::sync::atomic::{AtomicBool, Ordering};
