@@ -20,6 +20,16 @@ pub struct AppSettings {
     pub data_folder: String,
     /// `system`, `light` or `dark`.
     pub theme: String,
+    /// OpenAI-compatible engines whose models are listed beside the local ones.
+    pub remote_engines: Vec<RemoteSource>,
+}
+
+/// A remote engine: its base URL (`http://host:port/v1`) and the key it wants, if any.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemoteSource {
+    pub url: String,
+    #[serde(default)]
+    pub api_key: Option<String>,
 }
 
 impl Default for AppSettings {
@@ -30,6 +40,7 @@ impl Default for AppSettings {
             model_folders: Vec::new(),
             data_folder: String::new(),
             theme: "system".into(),
+            remote_engines: Vec::new(),
         }
     }
 }

@@ -81,7 +81,8 @@ pub struct Completion {
 /// Queues a completion on a loaded model. A prompt that does not leave room for `max_tokens`
 /// in the context is refused with the numbers ([`ServiceError::ContextFull`]); nothing is cut.
 pub fn start(model: Arc<LoadedModel>, req: CompletionRequest) -> Result<Completion> {
-    let prep = &model.prep;
+    let local = model.local()?;
+    let prep = &local.prep;
     let text = match &req.prompt {
         CompletionPrompt::Chat(messages) => prep.builder.render(messages, true)?,
         CompletionPrompt::Text(t) => t.clone(),
@@ -120,7 +121,7 @@ pub fn start(model: Arc<LoadedModel>, req: CompletionRequest) -> Result<Completi
     };
     // Special tokens stay in the text: the splitter reads harmony channels from them.
     let stream = TextStream::new(prep.tokenizer.clone(), false);
-    let (events, cancel) = model.session.generate(engine_req, Box::new(stream));
+    let (events, cancel) = local.session.generate(engine_req, Box::new(stream));
     let text = ReplyText::new(prep, req.stop);
     Ok(Completion {
         prompt_tokens,
@@ -249,9 +250,8 @@ impl Completion {
         let text = |id: u32| {
             let t = self
                 .model
-                .prep
-                .tokenizer
-                .decode(&[id], false)
+                .local()
+                .map(|m| m.prep.tokenizer.decode(&[id], false).unwrap_or_default())
                 .unwrap_or_default();
             let bytes = t.as_bytes().to_vec();
             (t, bytes)

@@ -18,6 +18,7 @@ pub mod models;
 pub mod remote;
 pub mod reply;
 pub mod settings;
+pub mod sources;
 pub mod store;
 
 pub use app_settings::AppSettings;
@@ -166,7 +167,7 @@ impl Service {
     /// a browser through the server, only what the server was started with and what its
     /// allowed folders hold.
     pub fn found_models_for(&self, access: &commands::Access) -> Vec<library::FoundModel> {
-        match access {
+        let mut found = match access {
             commands::Access::Local => self.found_models(),
             commands::Access::Served { models, folders } => {
                 let places: Vec<PathBuf> = models.iter().chain(folders).cloned().collect();
@@ -175,7 +176,9 @@ impl Service {
                     .filter(|f| access.readable(&f.path).is_ok())
                     .collect()
             }
-        }
+        };
+        found.extend(self.remote_found());
+        found
     }
 
     /// The shipped catalogue extended by the user's, with a line per bad entry.
@@ -191,13 +194,16 @@ impl Service {
         ctx: Option<usize>,
         progress: &mut dyn FnMut(u64, u64) -> bool,
     ) -> Result<ModelInfo> {
-        let model = models::load(
-            self.id(),
-            path,
-            &BackendRequest::parse(backend),
-            ctx,
-            progress,
-        )?;
+        let model = match sources::parse_remote_path(path) {
+            Some((url, model)) => self.load_remote(self.id(), url, model)?,
+            None => models::load(
+                self.id(),
+                path,
+                &BackendRequest::parse(backend),
+                ctx,
+                progress,
+            )?,
+        };
         let info = model.info.clone();
         lock(&self.models).push(Arc::new(model));
         Ok(info)

@@ -80,11 +80,39 @@ pub struct ModelInfo {
     pub ctx: usize,
 }
 
-/// A model ready to chat: its session thread and its text side.
+/// A model ready to chat: one of this machine's, or one of a remote engine's.
 pub struct LoadedModel {
     pub info: ModelInfo,
+    pub engine: Engine,
+}
+
+pub enum Engine {
+    Local(LocalModel),
+    /// A model of an OpenAI-compatible engine elsewhere (see [`crate::sources`]).
+    Remote {
+        engine: crate::remote::RemoteEngine,
+        model: String,
+    },
+}
+
+/// A model of this machine: its session thread and its text side.
+pub struct LocalModel {
     pub prep: ChatPrep,
     pub session: SessionHandle,
+}
+
+impl LoadedModel {
+    /// The local model, or an error saying this one runs elsewhere.
+    pub fn local(&self) -> Result<&LocalModel> {
+        match &self.engine {
+            Engine::Local(m) => Ok(m),
+            Engine::Remote { engine, .. } => Err(ServiceError::Invalid(format!(
+                "{} runs on the engine at {}: it cannot be served or scored from here",
+                self.info.name,
+                engine.url()
+            ))),
+        }
+    }
 }
 
 /// A short name for a model: a GGUF file's stem; for a folder (or a SafeTensors file in one)
@@ -176,7 +204,6 @@ pub fn load(
         .spawn();
     Ok(LoadedModel {
         info,
-        prep,
-        session,
+        engine: Engine::Local(LocalModel { prep, session }),
     })
 }

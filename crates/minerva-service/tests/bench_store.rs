@@ -95,6 +95,7 @@ fn app_settings_default_save_and_are_made_sound() {
             model_folders: vec!["/models".into(), " ".into()],
             data_folder: String::new(),
             theme: "dark".into(),
+            remote_engines: Vec::new(),
         })
         .unwrap();
     assert_eq!(saved.model_folders, ["/models"]);

@@ -89,8 +89,10 @@ pub(super) fn call(
     json: Value,
 ) -> Option<Answer> {
     let access = &caller.access;
+    // The engines' keys stay on this side; they are edited by their own commands.
     let with_folder = |mut s: AppSettings| {
         s.data_folder = caller.data_folder.clone();
+        s.remote_engines.iter_mut().for_each(|r| r.api_key = None);
         answer(s)
     };
     Some(match command {
@@ -200,9 +202,10 @@ pub(super) fn call(
             .and_then(with_folder),
         "set_app_settings" => (|| {
             let mut a: NewAppSettings = args(command, json)?;
+            let now = svc.store().app_settings().map_err(failed)?;
+            a.settings.remote_engines = now.remote_engines;
             if let crate::commands::Access::Served { .. } = access {
                 // The folders scanned are the server's to choose, not a browser's.
-                let now = svc.store().app_settings().map_err(failed)?;
                 a.settings.model_folders = now.model_folders;
             }
             let saved = svc.store().set_app_settings(&a.settings).map_err(failed)?;

@@ -100,6 +100,17 @@ struct Send {
 }
 
 #[derive(Deserialize)]
+struct NewRemote {
+    url: String,
+    api_key: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RemoteUrl {
+    url: String,
+}
+
+#[derive(Deserialize)]
 struct Edit {
     message_id: i64,
     text: String,
@@ -193,6 +204,15 @@ pub(super) fn call(
                     .map_err(failed)?,
             )
         }),
+        "add_remote_engine" => args::<NewRemote>(command, json).and_then(|a| {
+            answer(
+                svc.add_remote_engine(&a.url, a.api_key.as_deref())
+                    .map_err(failed)?,
+            )
+        }),
+        "remove_remote_engine" => args::<RemoteUrl>(command, json)
+            .and_then(|a| answer(svc.remove_remote_engine(&a.url).map_err(failed)?)),
+        "remote_engines" => answer(svc.remote_engines()),
         "status" => answer(Status {
             model: svc.loaded().pop(),
             memory_used_bytes: minerva_bench::measure::memory_status("VmRSS"),

@@ -29,6 +29,10 @@ pub enum Access {
 impl Access {
     /// `path` (or a catalogue id's file) when this caller may read it.
     pub fn readable(&self, path: &Path) -> Result<PathBuf, CommandError> {
+        // A remote engine's model: loading it checks that its engine was added.
+        if crate::sources::parse_remote_path(path).is_some() {
+            return Ok(path.to_path_buf());
+        }
         let resolved = crate::catalogue::resolve(path).map_err(failed)?;
         let Access::Served { models, folders } = self else {
             return Ok(resolved);
