@@ -2,8 +2,10 @@
 # Installs what building and testing Minerva needs on a Debian machine: the software Vulkan
 # driver (GPU tests run on it when no GPU is present), the libraries the desktop app builds on
 # (WebKitGTK), the tools its end-to-end tests drive it with (Xvfb, WebKitWebDriver,
-# tauri-driver), the Python packages the tests call to check our files with other people's
-# readers, the UI's npm packages and its build, and a real model. Safe to run again.
+# tauri-driver; Chromium and chromedriver for the web UI `minerva serve --ui` serves), the
+# Python packages the tests call to check our files with other people's readers (and the
+# official OpenAI client), the UI's npm packages and its build, and a real model. Safe to run
+# again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +13,7 @@ need_apt=()
 for pkg in mesa-vulkan-drivers libvulkan1 pkg-config \
   libwebkit2gtk-4.1-dev build-essential file libxdo-dev libssl-dev \
   libayatana-appindicator3-dev librsvg2-dev \
-  xvfb xauth webkit2gtk-driver dbus dbus-x11; do
+  xvfb xauth webkit2gtk-driver dbus dbus-x11 chromium chromium-driver; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -31,6 +31,11 @@ impl Stop {
     pub fn requested(&self) -> bool {
         self.requested.load(Ordering::SeqCst)
     }
+
+    /// The flag a stop sets, for work that watches one (a remote engine's request).
+    pub fn flag(&self) -> &AtomicBool {
+        &self.requested
+    }
 }
 
 /// What one child measured.

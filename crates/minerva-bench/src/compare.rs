@@ -1,11 +1,14 @@
 //! Runs a comparison: each format's quality against the most precise one, in this process,
 //! then its speed and memory in fresh `minerva run` processes (the first of each run after its
-//! files' pages were dropped, so its load is cold). A stop keeps what was measured.
+//! files' pages were dropped, so its load is cold); then each remote engine's speed, and its
+//! top-1 agreement with that reference, from this process. A stop keeps what was measured.
 
+use crate::agreement::agreement;
 use crate::child::{self, drop_pages, Stop};
 use crate::driver_memory::Driver;
 use crate::measure::Once;
 use crate::quality::{compare, logits_over, Quality};
+use crate::remote::{self, Target};
 use crate::report::{FormatResult, Machine, Report, RunFigures, Settings, Summary, SCHEMA_VERSION};
 use crate::BENCH_TEXT;
 use minerva_formats::Checkpoint;
@@ -27,6 +30,8 @@ pub struct Plan {
     pub quality_tokens: usize,
     /// Keep only formats matching one of these (see [`selected`]); empty keeps all.
     pub formats: Vec<String>,
+    /// Remote engines' models measured beside the formats (never left out by `formats`).
+    pub remotes: Vec<Target>,
     pub stop: std::sync::Arc<Stop>,
 }
 
@@ -107,9 +112,10 @@ fn number(v: &serde_json::Value, key: &str) -> f64 {
     v[key].as_f64().unwrap_or(f64::NAN)
 }
 
-/// Steps of one format: its quality, then per run a cold child and a warm child per length.
-fn steps(plan: &Plan) -> usize {
-    1 + plan.runs * (1 + plan.prompt_tokens.len())
+/// Steps of one format: its quality, then per run a cold child and a warm child per length;
+/// a remote engine has no cold child.
+fn steps(plan: &Plan, remote: bool) -> usize {
+    1 + plan.runs * (usize::from(!remote) + plan.prompt_tokens.len())
 }
 
 /// The runs of one format: per run, a cold child at the first prompt length, then a warm
@@ -145,12 +151,13 @@ fn measure(
         };
         step += 1;
         let mut fig = RunFigures {
-            load_cold_ms: number(&cold.json, "load_ms"),
-            load_warm_ms: f64::NAN,
+            load_cold_ms: Some(number(&cold.json, "load_ms")).filter(|v| v.is_finite()),
+            load_warm_ms: None,
             ttft_ms: Vec::new(),
             prefill_tokens_per_s: Vec::new(),
+            prompt_tokens: Vec::new(),
             decode_tokens_per_s: f64::NAN,
-            peak_rss_bytes: cold.peak_rss_bytes,
+            peak_rss_bytes: Some(cold.peak_rss_bytes),
             gpu_allocated_bytes: None,
             gpu_reserved_bytes: None,
             gpu_driver_bytes: None,
@@ -169,7 +176,9 @@ fn measure(
             fig.ttft_ms.push(number(&w.json, "time_to_first_token_ms"));
             fig.prefill_tokens_per_s
                 .push(number(&w.json, "prefill_tokens_per_s"));
-            fig.peak_rss_bytes = fig.peak_rss_bytes.max(w.peak_rss_bytes);
+            let real = w.json["prompt_tokens"].as_u64().map(|t| t as usize);
+            fig.prompt_tokens.push(real.unwrap_or(n));
+            fig.peak_rss_bytes = fig.peak_rss_bytes.max(Some(w.peak_rss_bytes));
             // GPU memory of the longest prompt (the lengths run in the order given), whose
             // activations are the largest.
             if i + 1 == plan.prompt_tokens.len() {
@@ -183,36 +192,53 @@ fn measure(
                 }
             }
         }
-        fig.load_warm_ms = crate::report::Stat::of(&warm_loads).map_or(f64::NAN, |s| s.median);
+        fig.load_warm_ms = crate::report::Stat::of(&warm_loads).map(|s| s.median);
         fig.decode_tokens_per_s = crate::report::Stat::of(&decodes).map_or(f64::NAN, |s| s.median);
         runs.push(fig);
     }
     Ok(runs)
 }
 
+/// What the quality pass found: the reference's index, each format's quality, and each
+/// remote engine's (or the words saying why it has none).
+struct Qualities {
+    reference: Option<usize>,
+    local: Vec<Option<Quality>>,
+    remote: Vec<(Option<Quality>, Option<String>)>,
+}
+
 /// Quality of every format against the one with the most bytes per parameter (the most
-/// precise), over the first `plan.quality_tokens` tokens of the bench text. After a stop the
-/// formats not yet compared have none.
+/// precise), over the first `plan.quality_tokens` tokens of the bench text, and each remote
+/// engine's top-1 agreement with it while it is loaded. `progress` hears of each format and
+/// engine by its index (engines after the formats). After a stop the formats not yet compared
+/// have none.
 fn quality(
     plan: &Plan,
     models: &[(Checkpoint, PathBuf)],
-    progress: &mut dyn FnMut(usize),
-) -> Result<(usize, Vec<Option<Quality>>), String> {
+    progress: &mut dyn FnMut(usize, &str),
+) -> Result<Qualities, String> {
+    let mut out = Qualities {
+        reference: None,
+        local: vec![None; models.len()],
+        remote: vec![(None, None); plan.remotes.len()],
+    };
     let precision = |c: &Checkpoint| c.weights_bytes() as f64 / c.parameters().max(1) as f64;
-    let reference = (0..models.len())
+    let Some(reference) = (0..models.len())
         .max_by(|&a, &b| precision(&models[a].0).total_cmp(&precision(&models[b].0)))
-        .ok_or("no model to compare")?;
+    else {
+        return Ok(out);
+    };
+    out.reference = Some(reference);
     let kind = plan
         .backend
         .parse::<minerva_engine::BackendKind>()
         .unwrap_or_default();
-    let mut out = vec![None; models.len()];
     let mut reference_run: Option<(Vec<u32>, Vec<f32>)> = None;
     for i in std::iter::once(reference).chain((0..models.len()).filter(|&i| i != reference)) {
         if plan.stop.requested() {
             break;
         }
-        progress(i);
+        progress(i, "quality over the bench text");
         let (c, path) = &models[i];
         let tokenizer = minerva_text::Tokenizer::from_checkpoint(c).map_err(|e| e.to_string())?;
         let mut ids = tokenizer
@@ -224,6 +250,19 @@ fn quality(
         ids.truncate(plan.quality_tokens.min(model.spec.context_length));
         let logits = logits_over(&mut model, &ids, 128).map_err(|e| e.to_string())?;
         let vocab = model.spec.vocab_size;
+        if i == reference {
+            for (r, target) in plan.remotes.iter().enumerate() {
+                if plan.stop.requested() {
+                    break;
+                }
+                progress(models.len() + r, "quality: top-1 against the reference");
+                out.remote[r] = match agreement(&mut model, &tokenizer, &ids, target, &plan.stop) {
+                    Ok(q) => (Some(q), None),
+                    Err(_) if plan.stop.requested() => (None, None),
+                    Err(note) => (None, Some(note)),
+                };
+            }
+        }
         drop(model);
         let (ref_ids, ref_logits) =
             reference_run.get_or_insert_with(|| (ids.clone(), logits.clone()));
@@ -233,9 +272,9 @@ fn quality(
                 c.main_path().display()
             ));
         }
-        out[i] = Some(compare(ref_logits, &logits, &ids, vocab));
+        out.local[i] = Some(compare(ref_logits, &logits, &ids, vocab));
     }
-    Ok((reference, out))
+    Ok(out)
 }
 
 fn machine(backend: &str) -> Machine {
@@ -271,69 +310,84 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(Progress)) -> Result<Report, St
             models.push((ckpt, p.clone()));
         }
     }
-    if models.is_empty() {
+    if models.is_empty() && !plan.paths.is_empty() {
         return Err(format!(
             "no format of {} matches --formats {}",
             plan.model,
             plan.formats.join(",")
         ));
     }
-    let labels = unique(models.iter().map(|(c, _)| label(c)).collect());
-    let total = steps(plan);
-    for (format, label) in labels.iter().enumerate() {
-        progress(Progress {
-            format,
-            label,
-            done: 0,
-            total,
-            phase: "waiting",
-        });
+    if models.is_empty() && plan.remotes.is_empty() {
+        return Err("nothing to compare: give model files or remote engines".into());
     }
-    let (reference, qualities) = quality(plan, &models, &mut |format| {
+    // An engine that cannot be reached (or refuses the key) fails now, not after the formats.
+    for target in &plan.remotes {
+        target.engine()?.models().map_err(|e| e.to_string())?;
+    }
+    let mut labels: Vec<String> = models.iter().map(|(c, _)| label(c)).collect();
+    labels.extend(plan.remotes.iter().map(Target::label));
+    let labels = unique(labels);
+    let total = |format: usize| steps(plan, format >= models.len());
+    let mut tell = |format: usize, done: usize, phase: &str| {
         progress(Progress {
             format,
             label: &labels[format],
-            done: 0,
-            total,
-            phase: "quality over the bench text",
+            done,
+            total: total(format),
+            phase,
         })
-    })?;
+    };
+    for format in 0..labels.len() {
+        tell(format, 0, "waiting");
+    }
+    let qualities = quality(plan, &models, &mut |format, phase| tell(format, 0, phase))?;
     let driver = if plan.backend == "cpu" {
         None
     } else {
         Driver::open()
     };
     let mut formats = Vec::new();
-    for (format, ((ckpt, path), q)) in models.iter().zip(qualities).enumerate() {
-        let label = &labels[format];
+    for (format, ((ckpt, path), q)) in models.iter().zip(qualities.local).enumerate() {
         // After a stop, the formats not yet measured keep their quality and no runs.
         let runs = if plan.stop.requested() {
             Vec::new()
         } else {
             measure(plan, ckpt, path, driver.as_ref(), &mut |done, phase| {
-                progress(Progress {
-                    format,
-                    label,
-                    done,
-                    total,
-                    phase,
-                })
+                tell(format, done, phase)
             })?
         };
-        progress(Progress {
-            format,
-            label,
-            done: total,
-            total,
-            phase: "done",
-        });
+        tell(format, total(format), "done");
         formats.push(FormatResult {
-            bytes_on_disk: ckpt.files.iter().map(|f| f.size).sum(),
+            label: labels[format].clone(),
+            format: ckpt.format.name().to_string(),
             path: path.display().to_string(),
+            bytes_on_disk: Some(ckpt.files.iter().map(|f| f.size).sum()),
             summary: Summary::of(&runs, plan.prompt_tokens.len()),
             runs,
             quality: q,
-            label: label.clone(),
+            note: None,
+        });
+    }
+    let chars_per_token = remote::chars_per_token(models.first().map(|(c, _)| c));
+    for (r, (target, (q, note))) in plan.remotes.iter().zip(qualities.remote).enumerate() {
+        let format = models.len() + r;
+        let runs = if plan.stop.requested() {
+            Vec::new()
+        } else {
+            remote::measure(plan, target, chars_per_token, &mut |done, phase| {
+                tell(format, done, phase)
+            })?
+        };
+        tell(format, total(format), "done");
+        formats.push(FormatResult {
+            label: labels[format].clone(),
+            format: "remote".into(),
+            path: target.path(),
+            bytes_on_disk: None,
+            summary: Summary::of(&runs, plan.prompt_tokens.len()),
+            runs,
+            quality: q,
+            note,
         });
     }
     Ok(Report {
@@ -347,7 +401,9 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(Progress)) -> Result<Report, St
             prompt_tokens: plan.prompt_tokens.clone(),
             gen_tokens: plan.gen_tokens,
             runs: plan.runs,
-            reference: labels[reference].clone(),
+            reference: qualities
+                .reference
+                .map_or_else(String::new, |i| labels[i].clone()),
         },
         formats,
         interrupted: plan.stop.requested(),

@@ -69,7 +69,7 @@ pub fn figures(r: &Report) -> Vec<Figure> {
             "MiB",
             Better::Lower,
             1,
-            per(&|f| exact(f.bytes_on_disk as f64 / MIB)),
+            per(&|f| f.bytes_on_disk.and_then(|b| exact(b as f64 / MIB))),
         ),
         fig(
             "load, cold",
@@ -140,8 +140,8 @@ pub fn figures(r: &Report) -> Vec<Figure> {
             per(&|f| scaled(f.summary.gpu_driver_bytes, MIB)),
         ),
     ]);
-    let quality = |q: &dyn Fn(&crate::quality::Quality) -> f64| {
-        per(&|f| f.quality.as_ref().and_then(|x| exact(q(x))))
+    let quality = |q: &dyn Fn(&crate::quality::Quality) -> Option<f64>| {
+        per(&|f| f.quality.as_ref().and_then(q).and_then(exact))
     };
     all.extend([
         fig(
@@ -166,7 +166,7 @@ pub fn figures(r: &Report) -> Vec<Figure> {
             "",
             Better::Higher,
             3,
-            quality(&|q| q.top1_agreement),
+            quality(&|q| Some(q.top1_agreement)),
         ),
         fig(
             "perplexity",

@@ -51,7 +51,7 @@ pub fn page(r: &Report) -> String {
          <h1>{model}: formats compared</h1>\n\
          <p class=\"meta\">{device} · {cpu}, {cores} cores, {ram} · backend {backend} · \
          prompts of {prompts} tokens, {gen} generated · {runs} run(s) each, fresh process per \
-         run · quality against {reference} · Minerva {version} · {started}</p>\n",
+         run · {quality} · Minerva {version} · {started}</p>\n",
         model = escape(&s.model),
         device = escape(&r.machine.device),
         cpu = escape(&r.machine.cpu),
@@ -61,7 +61,11 @@ pub fn page(r: &Report) -> String {
         prompts = prompts.join(" and "),
         gen = s.gen_tokens,
         runs = s.runs,
-        reference = escape(&s.reference),
+        quality = if s.reference.is_empty() {
+            "no local format to measure quality against".to_string()
+        } else {
+            format!("quality against {}", escape(&s.reference))
+        },
         version = escape(&r.engine_version),
         started = escape(&r.started),
     );

@@ -1,21 +1,27 @@
 //! Quality of a format against a reference: mean and largest KL divergence of the next-token
-//! distributions, how often both pick the same top token, and the perplexity of the text.
+//! distributions, how often both pick the same top token, and the perplexity of the text. A
+//! remote engine's quality is its top-1 agreement alone (see [`crate::agreement`]).
 
 use minerva_engine::Model;
 use serde::Serialize;
 
-/// How one format's predictions compare with the reference's over the same tokens.
+/// How one format's predictions compare with the reference's over the same tokens. A remote
+/// engine gives only its top token per position: its KL and perplexity are None.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Quality {
     /// Positions compared.
     pub positions: usize,
     /// Mean KL(reference ‖ format) in nats.
-    pub kl_mean: f64,
-    pub kl_max: f64,
+    pub kl_mean: Option<f64>,
+    pub kl_max: Option<f64>,
     /// Share of positions whose most likely next token is the reference's.
     pub top1_agreement: f64,
     /// exp of the mean negative log-likelihood of the text's next tokens under this format.
-    pub perplexity: f64,
+    pub perplexity: Option<f64>,
+    /// A remote engine's tokens left out of the comparison, where the reference's tokenizer
+    /// does not have them as one token (None for a local format).
+    #[serde(default)]
+    pub unaligned: Option<usize>,
 }
 
 /// log-softmax in f64, so tiny probabilities keep their logs.
@@ -28,7 +34,7 @@ pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
     logits.iter().map(|&v| f64::from(v) - log_z).collect()
 }
 
-fn argmax(v: &[f32]) -> usize {
+pub fn argmax(v: &[f32]) -> usize {
     v.iter()
         .enumerate()
         .fold((0, f32::NEG_INFINITY), |best, (i, &x)| {
@@ -77,10 +83,11 @@ impl Drift {
         let n = self.positions.max(1) as f64;
         Quality {
             positions: self.positions,
-            kl_mean: self.kl_sum / n,
-            kl_max: self.kl_max,
+            kl_mean: Some(self.kl_sum / n),
+            kl_max: Some(self.kl_max),
             top1_agreement: self.agree as f64 / n,
-            perplexity: (self.nll_sum / self.scored.max(1) as f64).exp(),
+            perplexity: Some((self.nll_sum / self.scored.max(1) as f64).exp()),
+            unaligned: None,
         }
     }
 }

@@ -1,14 +1,16 @@
-//! The benchmark report: the machine, the settings and every run's raw figures per format,
-//! with medians (and min, max) and each format's quality against the reference. The JSON
-//! layout is versioned ([`SCHEMA_VERSION`]) and described by `benches/report.schema.json`,
-//! generated from these types; the dashboard reads it.
+//! The benchmark report: the machine, the settings and every run's raw figures per format
+//! (and per remote engine), with medians (and min, max) and each one's quality against the
+//! reference. A figure that was not measured (a remote engine's load time and memory) is null.
+//! The JSON layout is versioned ([`SCHEMA_VERSION`]) and described by
+//! `benches/report.schema.json`, generated from these types; the dashboard reads it.
 
 use crate::quality::Quality;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Bumped on any change a reader of the JSON would notice.
-pub const SCHEMA_VERSION: u32 = 2;
+/// Bumped on any change a reader of the JSON would notice. Version 3 let figures be null and
+/// added remote engines; a version 2 report reads as one of version 3.
+pub const SCHEMA_VERSION: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Report {
@@ -40,34 +42,49 @@ pub struct Settings {
     pub prompt_tokens: Vec<usize>,
     pub gen_tokens: usize,
     pub runs: usize,
-    /// The format every other is compared with (the most precise present).
+    /// The format every other is compared with (the most precise present); empty when only
+    /// remote engines ran.
     pub reference: String,
 }
 
-/// One format of the model: what it is, each run's figures, and their summary.
+/// One format of the model, or a remote engine serving it: what it is, each run's figures,
+/// and their summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FormatResult {
-    /// e.g. `gguf q4_0`, `safetensors bf16`, `mlx 4-bit`.
+    /// e.g. `gguf Q4_0`, `safetensors BF16`, `mlx 4-bit`, `remote: qwen3-4b @ 10.0.0.5:8000`.
     pub label: String,
+    /// `gguf`, `safetensors`, `mlx`, or `remote` (an OpenAI-compatible engine).
+    #[serde(default)]
+    pub format: String,
+    /// The model's file or folder; a remote engine's `URL#MODEL`.
     pub path: String,
-    pub bytes_on_disk: u64,
+    /// None for a remote engine.
+    pub bytes_on_disk: Option<u64>,
     pub runs: Vec<RunFigures>,
     pub summary: Summary,
     pub quality: Option<Quality>,
+    /// Why a figure is missing, in words (a remote engine that sends no log-probabilities).
+    #[serde(default)]
+    pub note: Option<String>,
 }
 
-/// The figures of one run, in a fresh process.
+/// The figures of one run, in a fresh process (a remote engine's: its requests, timed from
+/// here, with no load or memory figures).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunFigures {
     /// Load time to ready, with the files' pages dropped first.
-    pub load_cold_ms: f64,
+    pub load_cold_ms: Option<f64>,
     /// Load time to ready, files in the page cache.
-    pub load_warm_ms: f64,
+    pub load_warm_ms: Option<f64>,
     /// Per prompt length, in the order of `Settings::prompt_tokens`.
     pub ttft_ms: Vec<f64>,
     pub prefill_tokens_per_s: Vec<f64>,
+    /// Per prompt length, the prompt's real length in tokens: the length asked for, or as a
+    /// remote engine counted it (its prompt is cut from the text by characters).
+    #[serde(default)]
+    pub prompt_tokens: Vec<usize>,
     pub decode_tokens_per_s: f64,
-    pub peak_rss_bytes: u64,
+    pub peak_rss_bytes: Option<u64>,
     /// The engine's own account at the end of the longest prompt's run: bytes of its live
     /// GPU buffers (none on the CPU).
     pub gpu_allocated_bytes: Option<u64>,
@@ -136,8 +153,8 @@ impl Summary {
             )
         };
         Summary {
-            load_cold_ms: stat(&|r| r.load_cold_ms),
-            load_warm_ms: stat(&|r| r.load_warm_ms),
+            load_cold_ms: stat(&|r| r.load_cold_ms.unwrap_or(f64::NAN)),
+            load_warm_ms: stat(&|r| r.load_warm_ms.unwrap_or(f64::NAN)),
             ttft_ms: (0..prompt_lengths)
                 .map(|i| at(&|r| &r.ttft_ms, i))
                 .collect(),
@@ -145,7 +162,7 @@ impl Summary {
                 .map(|i| at(&|r| &r.prefill_tokens_per_s, i))
                 .collect(),
             decode_tokens_per_s: stat(&|r| r.decode_tokens_per_s),
-            peak_rss_bytes: stat(&|r| r.peak_rss_bytes as f64),
+            peak_rss_bytes: stat(&|r| bytes(r.peak_rss_bytes)),
             gpu_reserved_bytes: stat(&|r| bytes(r.gpu_reserved_bytes)),
             gpu_driver_bytes: stat(&|r| bytes(r.gpu_driver_bytes)),
         }

@@ -87,34 +87,37 @@ fn decode_words(x: f64, reference: &str) -> String {
     }
 }
 
-/// Plain-words lines: each format against the reference, then which is fastest and closest.
+/// Plain-words lines: each format against the reference, then which is fastest and closest,
+/// then why figures are missing where a note says.
 pub fn verdicts(r: &Report) -> Vec<String> {
     let median = |s: Option<Stat>| s.map(|s| s.median).filter(|m| m.is_finite() && *m > 0.0);
-    let Some(reference) = r.formats.iter().find(|f| f.label == r.settings.reference) else {
-        return Vec::new();
-    };
-    let ref_decode = median(reference.summary.decode_tokens_per_s);
+    let reference = r.formats.iter().find(|f| f.label == r.settings.reference);
     let mut out = Vec::new();
-    for f in r.formats.iter().filter(|f| f.label != reference.label) {
-        let mut parts = Vec::new();
-        if let (Some(d), Some(rd)) = (median(f.summary.decode_tokens_per_s), ref_decode) {
-            parts.push(decode_words(d / rd, &reference.label));
-        }
-        if reference.bytes_on_disk > 0 {
-            parts.push(format!(
-                "{:.0}% of its size",
-                100.0 * f.bytes_on_disk as f64 / reference.bytes_on_disk as f64
-            ));
-        }
-        if let Some(q) = &f.quality {
-            parts.push(format!(
-                "KL {} (same top token {:.0}% of the time)",
-                number(q.kl_mean, 3),
-                100.0 * q.top1_agreement
-            ));
-        }
-        if !parts.is_empty() {
-            out.push(format!("{}: {}.", f.label, parts.join(", ")));
+    if let Some(reference) = reference {
+        let ref_decode = median(reference.summary.decode_tokens_per_s);
+        for f in r.formats.iter().filter(|f| f.label != reference.label) {
+            let mut parts = Vec::new();
+            if let (Some(d), Some(rd)) = (median(f.summary.decode_tokens_per_s), ref_decode) {
+                parts.push(decode_words(d / rd, &reference.label));
+            }
+            if let (Some(b), Some(rb)) = (f.bytes_on_disk, reference.bytes_on_disk) {
+                if rb > 0 {
+                    parts.push(format!("{:.0}% of its size", 100.0 * b as f64 / rb as f64));
+                }
+            }
+            if let Some(q) = &f.quality {
+                let same = format!(
+                    "same top token {:.0}% of the time",
+                    100.0 * q.top1_agreement
+                );
+                parts.push(match q.kl_mean {
+                    Some(kl) => format!("KL {} ({same})", number(kl, 3)),
+                    None => same,
+                });
+            }
+            if !parts.is_empty() {
+                out.push(format!("{}: {}.", f.label, parts.join(", ")));
+            }
         }
     }
     let best = |key: &dyn Fn(&crate::report::FormatResult) -> Option<f64>, higher: bool| {
@@ -133,22 +136,26 @@ pub fn verdicts(r: &Report) -> Vec<String> {
     if let Some((f, v)) = best(&|f| median(f.summary.decode_tokens_per_s), true) {
         out.push(format!("Fastest decode: {} ({v:.1} tokens/s).", f.label));
     }
-    let others = |f: &crate::report::FormatResult| f.label != reference.label;
-    if let Some((f, v)) = best(
-        &|f| {
-            others(f)
+    if let Some(reference) = reference {
+        let kl = |f: &crate::report::FormatResult| {
+            (f.label != reference.label)
                 .then_some(())
                 .and(f.quality.as_ref())
-                .map(|q| q.kl_mean)
-        },
-        false,
-    ) {
-        out.push(format!(
-            "Closest to {}: {} (KL {}).",
-            reference.label,
-            f.label,
-            number(v, 4)
-        ));
+                .and_then(|q| q.kl_mean)
+        };
+        if let Some((f, v)) = best(&kl, false) {
+            out.push(format!(
+                "Closest to {}: {} (KL {}).",
+                reference.label,
+                f.label,
+                number(v, 4)
+            ));
+        }
+    }
+    for f in &r.formats {
+        if let Some(note) = &f.note {
+            out.push(format!("{}: {note}.", f.label));
+        }
     }
     out
 }
@@ -196,6 +203,8 @@ pub fn merge(a: &Report, b: &Report) -> Report {
             let pick = |v: &Vec<f64>| keep.iter().filter_map(|&i| v.get(i).copied()).collect();
             run.ttft_ms = pick(&run.ttft_ms);
             run.prefill_tokens_per_s = pick(&run.prefill_tokens_per_s);
+            let real = &run.prompt_tokens;
+            run.prompt_tokens = keep.iter().filter_map(|&i| real.get(i).copied()).collect();
         }
     }
     merged.settings.prompt_tokens = shared;

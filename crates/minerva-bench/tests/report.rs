@@ -1,6 +1,6 @@
-//! The report: medians, the Markdown and CSV forms, the HTML page's charts, and the committed
-//! JSON Schema, which must match the types (regenerate with MINERVA_WRITE_SCHEMA=1) and accept
-//! a real report.
+//! The report: medians, the Markdown and CSV forms, the HTML page's charts, a remote engine's
+//! entry (its unmeasured figures shown as such), and the committed JSON Schema, which must
+//! match the types (regenerate with MINERVA_WRITE_SCHEMA=1) and accept a real report.
 
 use minerva_bench::quality::Quality;
 use minerva_bench::report::*;
@@ -9,12 +9,13 @@ use std::path::Path;
 
 fn run(load: f64, decode: f64) -> RunFigures {
     RunFigures {
-        load_cold_ms: load * 2.0,
-        load_warm_ms: load,
+        load_cold_ms: Some(load * 2.0),
+        load_warm_ms: Some(load),
         ttft_ms: vec![10.0, 40.0],
         prefill_tokens_per_s: vec![12_800.0, 12_800.0],
+        prompt_tokens: vec![128, 512],
         decode_tokens_per_s: decode,
-        peak_rss_bytes: 200 << 20,
+        peak_rss_bytes: Some(200 << 20),
         gpu_allocated_bytes: None,
         gpu_reserved_bytes: None,
         gpu_driver_bytes: None,
@@ -45,31 +46,37 @@ fn report() -> Report {
         formats: vec![
             FormatResult {
                 label: "safetensors f32".into(),
+                format: "safetensors".into(),
                 path: "/m/f32".into(),
-                bytes_on_disk: 12 << 20,
+                bytes_on_disk: Some(12 << 20),
                 summary: Summary::of(&runs[..1], 2),
                 runs: runs[..1].to_vec(),
                 quality: Some(Quality {
                     positions: 10,
-                    kl_mean: 0.0,
-                    kl_max: 0.0,
+                    kl_mean: Some(0.0),
+                    kl_max: Some(0.0),
                     top1_agreement: 1.0,
-                    perplexity: 12.0,
+                    perplexity: Some(12.0),
+                    unaligned: None,
                 }),
+                note: None,
             },
             FormatResult {
                 label: "gguf <q4_0>".into(),
+                format: "gguf".into(),
                 path: "/m/q4.gguf".into(),
-                bytes_on_disk: 3 << 20,
+                bytes_on_disk: Some(3 << 20),
                 summary: Summary::of(&runs, 2),
                 runs,
                 quality: Some(Quality {
                     positions: 10,
-                    kl_mean: 2e-6,
-                    kl_max: 0.2,
+                    kl_mean: Some(2e-6),
+                    kl_max: Some(0.2),
                     top1_agreement: 0.9,
-                    perplexity: 12.5,
+                    perplexity: Some(12.5),
+                    unaligned: None,
                 }),
+                note: None,
             },
         ],
         interrupted: false,
@@ -113,9 +120,146 @@ fn medians_and_tables() {
         csv.lines()
             .nth(3)
             .unwrap()
-            .starts_with("\"gguf <q4_0>\",1,200,100,128,10,12800,30,"),
+            .starts_with("\"gguf <q4_0>\",1,200,100,128,128,10,12800,30,"),
         "{csv}"
     );
+}
+
+/// The report with a remote engine after the formats: timed requests, no load or memory
+/// figures, no size, top-1 agreement alone, and one without log-probabilities.
+fn with_remotes() -> Report {
+    let mut r = report();
+    let remote = |ttft: f64, decode: f64| RunFigures {
+        load_cold_ms: None,
+        load_warm_ms: None,
+        ttft_ms: vec![ttft, 4.0 * ttft],
+        prefill_tokens_per_s: vec![6_400.0, 6_400.0],
+        prompt_tokens: vec![129, 513],
+        decode_tokens_per_s: decode,
+        peak_rss_bytes: None,
+        gpu_allocated_bytes: None,
+        gpu_reserved_bytes: None,
+        gpu_driver_bytes: None,
+        gpu_driver_per_process: None,
+    };
+    for (label, runs, quality, note) in [
+        (
+            "remote: tiny @ 10.0.0.5:8000",
+            vec![remote(20.0, 45.0)],
+            Some(Quality {
+                positions: 60,
+                kl_mean: None,
+                kl_max: None,
+                top1_agreement: 0.95,
+                perplexity: None,
+                unaligned: Some(4),
+            }),
+            None,
+        ),
+        (
+            "remote: tiny @ 10.0.0.6:8000",
+            vec![remote(20.0, 40.0)],
+            None,
+            Some("no quality figures: the engine sent no log-probabilities".to_string()),
+        ),
+    ] {
+        r.formats.push(FormatResult {
+            label: label.into(),
+            format: "remote".into(),
+            path: "http://10.0.0.5:8000/v1#tiny".into(),
+            bytes_on_disk: None,
+            summary: Summary::of(&runs, 2),
+            runs,
+            quality,
+            note,
+        });
+    }
+    r
+}
+
+#[test]
+fn a_remote_engine_shows_dashes_for_what_it_does_not_measure() {
+    let r = with_remotes();
+    let md = markdown(&r);
+    // size, loads – ; TTFT and prefill at both lengths and decode measured; RSS, KL – ;
+    // top-1 measured; perplexity – .
+    assert!(
+        md.contains("| remote: tiny @ 10.0.0.5:8000 | – | – | – | 20.0 | 6400 | 80.0 | 6400 | 45.0 | – | – | – | 0.950 | – |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| remote: tiny @ 10.0.0.6:8000 | – | – | – | 20.0 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("remote: tiny @ 10.0.0.6:8000: no quality figures: the engine sent no log-probabilities"),
+        "{md}"
+    );
+    let csv = csv(&r);
+    assert!(
+        csv.lines()
+            .any(|l| l == "\"remote: tiny @ 10.0.0.5:8000\",1,,,128,129,20,6400,45,,,,"),
+        "{csv}"
+    );
+    let v = minerva_bench::view::verdicts(&r);
+    assert!(
+        v.contains(&"remote: tiny @ 10.0.0.5:8000: 1.5× faster decode than safetensors f32, same top token 95% of the time.".to_string()),
+        "{v:?}"
+    );
+    assert!(
+        v.contains(&"Fastest decode: remote: tiny @ 10.0.0.5:8000 (45.0 tokens/s).".to_string()),
+        "{v:?}"
+    );
+    // The closest by KL is still a local format: an engine has no KL.
+    assert!(
+        v.contains(&"Closest to safetensors f32: gguf <q4_0> (KL 2.0e-6).".to_string()),
+        "{v:?}"
+    );
+    // Unmeasured figures are null in the JSON, and read back.
+    let json = serde_json::to_value(&r).unwrap();
+    let remote = &json["formats"][2];
+    for key in ["load_cold_ms", "load_warm_ms", "peak_rss_bytes"] {
+        assert!(remote["runs"][0][key].is_null(), "{key}: {remote}");
+    }
+    assert!(remote["bytes_on_disk"].is_null() && remote["quality"]["kl_mean"].is_null());
+    assert!(remote["summary"]["load_cold_ms"].is_null());
+    let back: Report = serde_json::from_value(json).unwrap();
+    assert_eq!(back, r);
+    let page = minerva_bench::html::page(&r);
+    assert!(page.contains("remote: tiny @ 10.0.0.5:8000"));
+}
+
+#[test]
+fn only_remote_engines_have_no_reference_and_no_quality() {
+    let mut r = with_remotes();
+    r.formats.drain(..2);
+    r.settings.reference = String::new();
+    for f in &mut r.formats {
+        f.quality = None;
+    }
+    let v = minerva_bench::view::verdicts(&r);
+    assert_eq!(
+        v[0],
+        "Fastest decode: remote: tiny @ 10.0.0.5:8000 (45.0 tokens/s)."
+    );
+    let page = minerva_bench::html::page(&r);
+    assert!(
+        page.contains("no local format to measure quality against"),
+        "{page}"
+    );
+    assert!(!markdown(&r).contains("(reference)"));
+}
+
+#[test]
+fn a_version_2_report_reads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/reports/tinyllama-1.1b-h100.json");
+    let r: Report = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(r.schema_version, 2);
+    assert!(r
+        .formats
+        .iter()
+        .all(|f| f.runs.iter().all(|run| run.load_cold_ms.is_some())));
 }
 
 #[test]
@@ -133,12 +277,12 @@ fn the_committed_schema_matches_the_types_and_describes_a_report() {
         "the schema changed: regenerate it with MINERVA_WRITE_SCHEMA=1 and bump SCHEMA_VERSION"
     );
     // Every required top-level field of the schema is in a serialized report.
-    let value = serde_json::to_value(report()).unwrap();
+    let value = serde_json::to_value(with_remotes()).unwrap();
     for field in schema["required"].as_array().unwrap() {
         assert!(value.get(field.as_str().unwrap()).is_some(), "{field}");
     }
     let back: Report = serde_json::from_value(value).unwrap();
-    assert_eq!(back, report());
+    assert_eq!(back, with_remotes());
 }
 
 #[test]

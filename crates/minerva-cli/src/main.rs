@@ -34,7 +34,8 @@ enum Command {
     Convert(commands::convert::Args),
     /// Write a random-weight model at a real model's shape, in several formats.
     Synth(commands::synth::Args),
-    /// Compare one model's formats: load, first token, prefill, decode, memory and drift.
+    /// Compare one model's formats, and remote engines serving it: load, first token, prefill,
+    /// decode, memory and drift.
     Bench(commands::bench::Args),
     /// Serve models over an OpenAI-compatible HTTP API (and the app in a browser with --ui).
     Serve(commands::serve::Args),

@@ -62,7 +62,7 @@ fn bench(backend: &str, runs: &str, dir: &Path) -> Result<Value, String> {
 }
 
 fn check(report: &Value, runs: usize, gpu: bool) {
-    assert_eq!(report["schema_version"], 2);
+    assert_eq!(report["schema_version"], 3);
     assert_eq!(report["settings"]["reference"], "safetensors F32");
     let formats = report["formats"].as_array().unwrap();
     assert_eq!(formats.len(), 3);

@@ -33,6 +33,7 @@ fn request(runs: usize) -> BenchRequest {
         gen_tokens: 4,
         runs,
         quality_tokens: 64,
+        remotes: Vec::new(),
     }
 }
 
@@ -119,4 +120,45 @@ fn cancel_stores_what_was_measured() {
         events.recv_timeout(Duration::from_secs(300)).unwrap(),
         ServiceEvent::BenchDone { .. } | ServiceEvent::BenchError { .. }
     ) {}
+}
+
+#[test]
+fn remote_models_run_only_on_the_engines_added_with_their_keys() {
+    let (svc, events) = service();
+    // A port that was just free: no engine listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let mut req = request(1);
+    req.paths.clear();
+    req.remotes = vec![format!("{url}#m")];
+    let e = svc
+        .start_bench(req.clone(), child())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is not among the remote engines"), "{e}");
+    let mut settings = svc.store().app_settings().unwrap();
+    settings
+        .remote_engines
+        .push(minerva_service::app_settings::RemoteSource {
+            url: url.clone(),
+            api_key: Some("sk-test".into()),
+        });
+    svc.store().set_app_settings(&settings).unwrap();
+    // Added, the engine is asked, and its failure ends the run in words.
+    svc.start_bench(req, child()).unwrap();
+    let message = loop {
+        match events.recv_timeout(Duration::from_secs(60)).unwrap() {
+            ServiceEvent::BenchError { message, .. } => break message,
+            ServiceEvent::BenchDone { run, .. } => panic!("{run:?}"),
+            _ => {}
+        }
+    };
+    assert!(
+        message.starts_with(&format!("cannot reach the engine at {url}")),
+        "{message}"
+    );
 }

@@ -260,7 +260,7 @@ pub fn state(opts: &ServeOptions, shutdown: watch::Receiver<bool>) -> Result<Sha
     }))
 }
 
-/// Serves until Ctrl+C or SIGTERM; open streams are ended, and the wait bounded.
+/// Serves until Ctrl+C or SIGTERM.
 pub fn run(opts: ServeOptions) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -271,32 +271,45 @@ pub fn run(opts: ServeOptions) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        let (stop, shutdown) = watch::channel(false);
-        let o = opts.clone();
-        let state = tokio::task::spawn_blocking(move || state(&o, shutdown))
-            .await
-            .map_err(|e| e.to_string())??;
-        let app = router(state, opts.ui, &opts.allow_origins);
-        let local = listener.local_addr().map_err(|e| e.to_string())?;
-        eprintln!("Minerva's OpenAI-compatible API: http://{local}/v1");
-        if opts.ui {
-            eprintln!("Minerva in a browser: http://{local}/");
-        }
-        if opts.host != "127.0.0.1" && opts.host != "localhost" && opts.api_key.is_none() {
-            eprintln!("warning: listening on {} without --api-key: anyone who reaches it can use it", opts.host);
-        }
-        let signal = async move {
-            shutdown_signal().await;
-            eprintln!("shutting down");
-            let _ = stop.send(true);
-        };
-        let server = axum::serve(listener, app).with_graceful_shutdown(signal);
-        let mut stopping = std::pin::pin!(server.into_future());
-        tokio::select! {
-            r = &mut stopping => r.map_err(|e| e.to_string()),
-            _ = async { shutdown_signal().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => Ok(()),
-        }
+        serve_on(listener, opts, shutdown_signal()).await
     })
+}
+
+/// Loads the models, then serves on `listener` until `signal` resolves; open streams are then
+/// ended, and the wait for them bounded.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    opts: ServeOptions,
+    signal: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let (stop, shutdown) = watch::channel(false);
+    let o = opts.clone();
+    let waiting = shutdown.clone();
+    let state = tokio::task::spawn_blocking(move || state(&o, waiting))
+        .await
+        .map_err(|e| e.to_string())??;
+    let app = router(state, opts.ui, &opts.allow_origins);
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    eprintln!("Minerva's OpenAI-compatible API: http://{local}/v1");
+    if opts.ui {
+        eprintln!("Minerva in a browser: http://{local}/");
+    }
+    if opts.host != "127.0.0.1" && opts.host != "localhost" && opts.api_key.is_none() {
+        eprintln!(
+            "warning: listening on {} without --api-key: anyone who reaches it can use it",
+            opts.host
+        );
+    }
+    let graceful = async move {
+        signal.await;
+        eprintln!("shutting down");
+        let _ = stop.send(true);
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(graceful);
+    tokio::select! {
+        r = server.into_future() => r.map_err(|e| e.to_string()),
+        _ = async { stopped(shutdown).await; tokio::time::sleep(SHUTDOWN_GRACE).await } => Ok(()),
+    }
 }
 
 async fn shutdown_signal() {

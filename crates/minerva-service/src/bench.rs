@@ -1,6 +1,7 @@
 //! The format comparison as front ends run it: one run at a time on its own thread, each
-//! measurement in a child process, progress as events, a cancel that keeps what was measured,
-//! and the report stored with the other runs when it ends.
+//! measurement in a child process (remote engines' from the run's thread), progress as events,
+//! a cancel that keeps what was measured, and the report stored with the other runs when it
+//! ends.
 
 use crate::bench_runs::BenchRunSummary;
 use crate::error::{Result, ServiceError};
@@ -8,6 +9,7 @@ use crate::events::ServiceEvent;
 use crate::Service;
 use minerva_bench::child::Stop;
 use minerva_bench::compare::{self, Plan};
+use minerva_bench::remote::Target;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -25,6 +27,10 @@ pub struct BenchRequest {
     pub gen_tokens: usize,
     pub runs: usize,
     pub quality_tokens: usize,
+    /// Models of remote engines to measure beside the formats, as `URL#MODEL` (the path their
+    /// models go by); each engine must be among those added, whose key it uses.
+    #[serde(default)]
+    pub remotes: Vec<String>,
 }
 
 /// One format of the files a user picked, to choose from before a run.
@@ -46,8 +52,8 @@ pub struct Runner {
 impl BenchRequest {
     fn check(&self) -> Result<()> {
         let bad = |what: &str| Err(ServiceError::Invalid(what.into()));
-        if self.paths.is_empty() {
-            return bad("pick at least one format to compare");
+        if self.paths.is_empty() && self.remotes.is_empty() {
+            return bad("pick at least one format or remote model to compare");
         }
         if self.prompt_tokens.is_empty()
             || self.prompt_tokens.iter().any(|&n| n == 0 || n > 1 << 16)
@@ -84,11 +90,35 @@ impl Service {
             .collect()
     }
 
+    /// The remote models asked for, each with its engine's key from the app's settings. Only
+    /// engines that were added: a request cannot make this machine reach any URL.
+    fn bench_targets(&self, remotes: &[String]) -> Result<Vec<Target>> {
+        let engines = self.store.app_settings()?.remote_engines;
+        remotes
+            .iter()
+            .map(|spec| {
+                let mut target = Target::parse(spec, None).map_err(ServiceError::Invalid)?;
+                let source = engines
+                    .iter()
+                    .find(|e| e.url == target.url)
+                    .ok_or_else(|| {
+                        ServiceError::Invalid(format!(
+                            "{} is not among the remote engines: add it first",
+                            target.url
+                        ))
+                    })?;
+                target.key = source.api_key.clone();
+                Ok(target)
+            })
+            .collect()
+    }
+
     /// Starts a run on its own thread; `child` is the command that measures one format (see
     /// `minerva_bench::measure::this_binary`). Events: `bench-progress` as it goes, then
     /// `bench-done` with the stored run (after a cancel too) or `bench-error`.
     pub fn start_bench(self: &Arc<Self>, req: BenchRequest, child: Vec<OsString>) -> Result<u64> {
         req.check()?;
+        let remotes = self.bench_targets(&req.remotes)?;
         let mut running = crate::lock(&self.bench.running);
         if running.is_some() {
             return Err(ServiceError::Invalid(
@@ -111,6 +141,7 @@ impl Service {
                 runs: req.runs,
                 quality_tokens: req.quality_tokens,
                 formats: Vec::new(),
+                remotes,
                 stop,
             };
             let sink = service.sink.clone();

@@ -52,10 +52,13 @@ pub fn read_report(path: &Path) -> Result<Report> {
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
     match value["schema_version"].as_u64() {
-        Some(v) if v == u64::from(SCHEMA_VERSION) => {}
+        // Version 3 only let figures be null and added fields with defaults: a version 2
+        // report reads as one.
+        Some(v) if (2..=u64::from(SCHEMA_VERSION)).contains(&v) => {}
         Some(v) => {
             return Err(bad(format!(
-                "a bench report of schema version {v}; this Minerva reads version {SCHEMA_VERSION}"
+                "a bench report of schema version {v}; this Minerva reads versions 2 to \
+                 {SCHEMA_VERSION}"
             )))
         }
         None => return Err(bad("not a bench report (no schema_version)".into())),

@@ -30,30 +30,9 @@ pub enum ServiceError {
     ContextFull { ctx: usize, needed: usize },
     #[error("{0}")]
     Invalid(String),
-    /// A remote engine could not be connected to (refused, unknown host, connect timeout).
-    #[error(
-        "cannot reach the engine at {url} ({reason}): check that it is running and that the \
-         address is right"
-    )]
-    RemoteUnreachable { url: String, reason: String },
-    /// A remote engine answered 401 or 403; `sent` tells whether a key was sent at all.
-    #[error("the engine at {url} {}", key_advice(*.sent))]
-    RemoteKey { url: String, sent: bool },
-    /// A remote engine does not serve the model asked for.
-    #[error("the engine at {url} has no model `{model}`: pick one of the models it lists")]
-    RemoteNoModel { url: String, model: String },
-    /// Anything else a remote engine did wrong: another error status (with the server's own
-    /// message), a malformed stream, an error sent mid-stream.
-    #[error("the engine at {url} {message}")]
-    Remote { url: String, message: String },
-}
-
-fn key_advice(sent: bool) -> &'static str {
-    if sent {
-        "refused the API key: check the key"
-    } else {
-        "wants an API key: add one"
-    }
+    /// A remote engine failed or could not be reached (the message says which and why).
+    #[error("{0}")]
+    Remote(String),
 }
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
@@ -67,6 +46,16 @@ impl From<minerva_engine::EngineError> for ServiceError {
             E::Cancelled => ServiceError::Cancelled,
             E::ContextFull { ctx, needed } => ServiceError::ContextFull { ctx, needed },
             other => ServiceError::Engine(other.to_string()),
+        }
+    }
+}
+
+impl From<minerva_remote::RemoteError> for ServiceError {
+    fn from(e: minerva_remote::RemoteError) -> Self {
+        match e {
+            // An address or key the user gave: theirs to fix, as any invalid input.
+            minerva_remote::RemoteError::Invalid(m) => ServiceError::Invalid(m),
+            other => ServiceError::Remote(other.to_string()),
         }
     }
 }

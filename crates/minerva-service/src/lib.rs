@@ -15,7 +15,7 @@ pub mod error;
 pub mod events;
 pub mod library;
 pub mod models;
-pub mod remote;
+pub use minerva_remote as remote;
 pub mod reply;
 pub mod settings;
 pub mod sources;

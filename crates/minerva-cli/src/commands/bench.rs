@@ -1,11 +1,13 @@
 //! `minerva bench`: one model in several formats side by side — load, time to first token,
 //! prefill and decode speed, peak memory, and each format's drift from the most precise one —
-//! written as JSON (benches/report.schema.json), Markdown, CSV and an HTML page of charts.
-//! A bar per format shows where it is; Ctrl-C stops and keeps what was measured.
+//! with remote engines serving it beside them (`--remote URL#MODEL`), written as JSON
+//! (benches/report.schema.json), Markdown, CSV and an HTML page of charts. A bar per format
+//! shows where it is; Ctrl-C stops and keeps what was measured.
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use minerva_bench::child::Stop;
 use minerva_bench::compare::{run as compare, Plan, Progress};
+use minerva_bench::remote::Target;
 use minerva_bench::{html, tables};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -14,8 +16,15 @@ use std::sync::Arc;
 #[derive(clap::Args)]
 pub struct Args {
     /// A catalogue id (every format of it found on disk), or the model files and folders.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "remotes")]
     pub models: Vec<String>,
+    /// A model of an OpenAI-compatible engine to measure beside the formats, as URL#MODEL
+    /// (`http://127.0.0.1:8080/v1#qwen3-4b`); repeat for several.
+    #[arg(long = "remote", value_name = "URL#MODEL")]
+    pub remotes: Vec<String>,
+    /// The API key the remote engines want.
+    #[arg(long, env = "MINERVA_REMOTE_KEY", hide_env_values = true)]
+    pub remote_key: Option<String>,
     /// Only these formats: `gguf`, `safetensors`, `mlx`, or one quantization of a format
     /// (`gguf:q8_0`, `mlx:4-bit`), comma separated.
     #[arg(long, value_delimiter = ',')]
@@ -108,8 +117,13 @@ fn paths(models: &[String]) -> Result<Vec<PathBuf>, String> {
 }
 
 /// The model's name in the report: the catalogue id, or the folder all the paths share
-/// (`minerva bench models/tinyllama/*` → `tinyllama`), or the paths.
-fn model_name(models: &[String]) -> String {
+/// (`minerva bench models/tinyllama/*` → `tinyllama`), or the paths; with no path, the remote
+/// models' names.
+fn model_name(models: &[String], remotes: &[Target]) -> String {
+    if models.is_empty() {
+        let names: Vec<&str> = remotes.iter().map(|t| t.model.as_str()).collect();
+        return names.join(" ");
+    }
     let parents: Vec<Option<&std::path::Path>> = models
         .iter()
         .map(|m| std::path::Path::new(m).parent())
@@ -131,9 +145,14 @@ pub fn run(args: Args) -> Result<(), String> {
     let on_signal = stop.clone();
     // Ctrl-C ends the running measurement; the report of what was measured is still written.
     ctrlc::set_handler(move || on_signal.request()).map_err(|e| e.to_string())?;
+    let remotes = args
+        .remotes
+        .iter()
+        .map(|spec| Target::parse(spec, args.remote_key.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
     let plan = Plan {
         child: minerva_bench::measure::this_binary()?,
-        model: model_name(&args.models),
+        model: model_name(&args.models, &remotes),
         paths: paths(&args.models)?,
         backend: args.backend.clone(),
         prompt_tokens: args.prompt_tokens.clone(),
@@ -141,6 +160,7 @@ pub fn run(args: Args) -> Result<(), String> {
         runs: args.runs,
         quality_tokens: args.quality_tokens,
         formats: args.formats.clone(),
+        remotes,
         stop: stop.clone(),
     };
     let mut bars = Bars::new();

@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{RemoteChat, RemoteLogprob, RemoteMessage};
+use std::collections::BTreeMap;
+
+use super::{RemoteChat, RemoteCompletion, RemoteLogprob, RemoteMessage};
 
 /// The body of `POST /chat/completions`.
 #[derive(Debug, Serialize)]
@@ -55,6 +57,44 @@ impl<'a> ChatRequest<'a> {
     }
 }
 
+/// The body of `POST /completions`.
+#[derive(Debug, Serialize)]
+pub struct CompletionRequest<'a> {
+    pub model: &'a str,
+    pub prompt: &'a str,
+    pub stream: bool,
+    pub stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub stop: &'a [String],
+    /// The legacy API's number of alternatives per token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<usize>,
+}
+
+impl<'a> CompletionRequest<'a> {
+    pub fn streamed(req: &'a RemoteCompletion) -> CompletionRequest<'a> {
+        CompletionRequest {
+            model: &req.model,
+            prompt: &req.prompt,
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+            max_tokens: req.max_tokens,
+            temperature: req.temperature,
+            seed: req.seed,
+            stop: &req.stop,
+            logprobs: req.logprobs,
+        }
+    }
+}
+
 /// The answer of `GET /models`.
 #[derive(Debug, Deserialize)]
 pub struct ModelList {
@@ -84,6 +124,8 @@ pub struct Choice {
     pub index: usize,
     #[serde(alias = "message")]
     pub delta: Option<Delta>,
+    /// A completion's text (chat replies send `delta` instead).
+    pub text: Option<String>,
     pub finish_reason: Option<String>,
     pub logprobs: Option<Logprobs>,
 }
@@ -106,11 +148,51 @@ impl Delta {
     }
 }
 
+/// A chunk's log-probabilities: a chat's `content` list, or a completion's parallel lists
+/// (the legacy API's, which vLLM sends; llama.cpp sends `content` for both).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Logprobs {
     #[serde(deserialize_with = "null_as_default")]
     pub content: Vec<TokenLogprob>,
+    #[serde(deserialize_with = "null_as_default")]
+    pub tokens: Vec<String>,
+    #[serde(deserialize_with = "null_as_default")]
+    pub token_logprobs: Vec<Option<f32>>,
+    /// Per token, its alternatives as a map of token to logprob (or null).
+    #[serde(deserialize_with = "null_as_default")]
+    pub top_logprobs: Vec<Option<BTreeMap<String, Option<f32>>>>,
+}
+
+impl Logprobs {
+    /// The tokens of either shape; a missing logprob is NaN, alternatives most likely first.
+    pub fn into_tokens(self) -> Vec<RemoteLogprob> {
+        if !self.content.is_empty() {
+            return self.content.into_iter().map(Into::into).collect();
+        }
+        let mut lps = self.token_logprobs.into_iter();
+        let mut tops = self.top_logprobs.into_iter();
+        self.tokens
+            .into_iter()
+            .map(|token| {
+                let logprob = lps.next().flatten().unwrap_or(f32::NAN);
+                let mut top: Vec<(String, f32)> = tops
+                    .next()
+                    .flatten()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(t, lp)| (t, lp.unwrap_or(f32::NAN)))
+                    .collect();
+                // A JSON object has no order: the most likely first, as in a chat's list.
+                top.sort_by(|a, b| b.1.total_cmp(&a.1));
+                RemoteLogprob {
+                    token,
+                    logprob,
+                    top,
+                }
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -281,6 +363,46 @@ mod tests {
         assert_eq!(
             lp[0].top,
             [("Hi".to_string(), -0.25), ("Hello".to_string(), -1.5)]
+        );
+    }
+
+    #[test]
+    fn a_completion_chunk_with_legacy_logprobs() {
+        let c = chunk(
+            r#"{"object":"text_completion","choices":[{"index":0,"text":"the cat",
+            "logprobs":{"tokens":["the"," cat"],"token_logprobs":[-0.5,null],
+            "top_logprobs":[{"a":-2.0,"the":-0.5},null],"text_offset":[0,3]},
+            "finish_reason":null}]}"#,
+        );
+        let choice = c.choices.into_iter().next().unwrap();
+        assert_eq!(choice.text.as_deref(), Some("the cat"));
+        let lp = choice.logprobs.unwrap().into_tokens();
+        assert_eq!(lp.len(), 2);
+        assert_eq!((lp[0].token.as_str(), lp[0].logprob), ("the", -0.5));
+        assert_eq!(
+            lp[0].top,
+            [("the".to_string(), -0.5), ("a".to_string(), -2.0)]
+        );
+        assert_eq!(lp[1].token, " cat");
+        assert!(lp[1].logprob.is_nan() && lp[1].top.is_empty());
+    }
+
+    #[test]
+    fn the_completion_request_sends_the_legacy_logprobs_count() {
+        let req = RemoteCompletion {
+            model: "m".into(),
+            prompt: "Once".into(),
+            max_tokens: Some(4),
+            temperature: Some(0.0),
+            logprobs: Some(1),
+            ..RemoteCompletion::default()
+        };
+        let v = serde_json::to_value(CompletionRequest::streamed(&req)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"model": "m", "prompt": "Once", "stream": true,
+                "stream_options": {"include_usage": true}, "max_tokens": 4,
+                "temperature": 0.0, "logprobs": 1})
         );
     }
 

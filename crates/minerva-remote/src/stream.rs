@@ -1,5 +1,5 @@
-//! What a chat's stream becomes: read on a thread of its own into events, and the events
-//! decoded into deltas and the way the reply ended.
+//! What a reply's stream (a chat's or a completion's) becomes: read on a thread of its own
+//! into events, and the events decoded into deltas and the way the reply ended.
 
 use std::io::BufReader;
 use std::sync::mpsc::SyncSender;
@@ -9,14 +9,14 @@ use reqwest::blocking::RequestBuilder;
 use super::http::is_json;
 use super::sse::{self, SseEvent, SseParser};
 use super::{wire, RemoteDelta, RemoteDone, RemoteEngine, MAX_BODY};
-use crate::error::{Result, ServiceError};
+use crate::error::{RemoteError, Result};
 
 /// What the thread reading a stream hands to the caller's thread.
 pub(super) enum Item {
     Event(SseEvent),
     /// An answer sent whole, as JSON, by a server that ignored `stream: true`.
     Whole(String),
-    Failed(ServiceError),
+    Failed(RemoteError),
 }
 
 impl RemoteEngine {
@@ -93,7 +93,7 @@ impl RemoteEngine {
                 self.data(data, done, on)?;
                 Ok(false)
             }
-            // Named events of other kinds are not part of a chat reply.
+            // Named events of other kinds are not part of a reply.
             _ => Ok(false),
         }
     }
@@ -148,8 +148,11 @@ impl RemoteEngine {
                     on(RemoteDelta::Content(text));
                 }
             }
-            for token in choice.logprobs.map(|l| l.content).unwrap_or_default() {
-                on(RemoteDelta::Logprob(token.into()));
+            if let Some(text) = choice.text.filter(|t| !t.is_empty()) {
+                on(RemoteDelta::Content(text));
+            }
+            for token in choice.logprobs.map(|l| l.into_tokens()).unwrap_or_default() {
+                on(RemoteDelta::Logprob(token));
             }
             if choice.finish_reason.is_some() {
                 done.finish_reason = choice.finish_reason;

@@ -104,7 +104,7 @@ fn an_error_event_mid_stream() {
     let (deltas, done) = decode(text);
     assert_eq!(deltas, [content("a")]);
     let e = done.unwrap_err();
-    assert!(matches!(e, ServiceError::Remote { .. }), "{e:?}");
+    assert!(matches!(e, RemoteError::Failed { .. }), "{e:?}");
     assert!(e.to_string().contains("the KV cache is full"), "{e}");
 }
 
@@ -162,7 +162,7 @@ fn addresses_are_normalized() {
     ] {
         let e = base(u).unwrap_err();
         assert!(
-            matches!(e, ServiceError::Invalid(_)) && e.to_string().contains(says),
+            matches!(e, RemoteError::Invalid(_)) && e.to_string().contains(says),
             "{u}: {e}"
         );
     }

@@ -157,8 +157,28 @@ async fn chat(
     }
 }
 
-/// A server of models and chats that wants the key [`KEY`]; its base URL.
+/// A completion's stream: text with vLLM's legacy logprobs, a finish reason, then usage.
+pub(super) const COMPLETION: &str = concat!(
+    "data: {\"choices\":[{\"index\":0,\"text\":\"Hello\",\"logprobs\":{\"tokens\":[\"Hello\"],",
+    "\"token_logprobs\":[-0.5],\"top_logprobs\":[{\"Hello\":-0.5}],\"text_offset\":[0]}}]}\n\n",
+    "data: {\"choices\":[{\"index\":0,\"text\":\" world\",\"finish_reason\":\"length\"}]}\n\n",
+    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+/// A server of models, chats and completions that wants the key [`KEY`]; its base URL.
 pub(super) fn server(seen: Seen, dropped: Arc<AtomicBool>) -> String {
+    let on_complete = {
+        let seen = seen.clone();
+        move |body: String| {
+            let seen = seen.clone();
+            async move {
+                let body: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                *seen.lock().unwrap() = Some((String::new(), body));
+                sse(Body::from(COMPLETION))
+            }
+        }
+    };
     let on_chat = move |headers: HeaderMap, body: String| {
         let (seen, dropped) = (seen.clone(), dropped.clone());
         async move { chat(headers, body, seen, dropped).await }
@@ -178,7 +198,8 @@ pub(super) fn server(seen: Seen, dropped: Arc<AtomicBool>) -> String {
     serve(
         Router::new()
             .route("/v1/models", get(models))
-            .route("/v1/chat/completions", post(on_chat)),
+            .route("/v1/chat/completions", post(on_chat))
+            .route("/v1/completions", post(on_complete)),
     )
 }
 

@@ -7,7 +7,7 @@ use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 
 use super::{wire, RemoteEngine, CONNECT_TIMEOUT, MAX_ERROR_BODY};
-use crate::error::{Result, ServiceError};
+use crate::error::{RemoteError, Result};
 
 impl RemoteEngine {
     /// A GET of `path` under the base, with the key.
@@ -27,7 +27,7 @@ impl RemoteEngine {
         request.send().map_err(|e| {
             let reason = root_cause(&e);
             if e.is_connect() {
-                ServiceError::RemoteUnreachable {
+                RemoteError::Unreachable {
                     url: self.base.clone(),
                     reason,
                 }
@@ -51,17 +51,15 @@ impl RemoteEngine {
         let message = wire::error_message(&body);
         let url = self.base.clone();
         Err(match (status.as_u16(), model) {
-            (401 | 403, _) => ServiceError::RemoteKey {
+            (401 | 403, _) => RemoteError::Key {
                 url,
                 sent: self.key.is_some(),
             },
             // A JSON error is the server's word on the model; a bare 404 means no such route.
-            (404, Some(model)) if body.trim_start().starts_with('{') => {
-                ServiceError::RemoteNoModel {
-                    url,
-                    model: model.into(),
-                }
-            }
+            (404, Some(model)) if body.trim_start().starts_with('{') => RemoteError::NoModel {
+                url,
+                model: model.into(),
+            },
             (404, _) => self.remote(&format!(
                 "has nothing at {path} (404): give the address of its OpenAI-compatible API, \
                  such as http://host:8080/v1"
@@ -82,19 +80,19 @@ impl RemoteEngine {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    pub(super) fn remote(&self, message: &str) -> ServiceError {
-        ServiceError::Remote {
+    pub(super) fn remote(&self, message: &str) -> RemoteError {
+        RemoteError::Failed {
             url: self.base.clone(),
             message: message.into(),
         }
     }
 
-    pub(super) fn failed_mid_stream(&self, message: Option<String>) -> ServiceError {
+    pub(super) fn failed_mid_stream(&self, message: Option<String>) -> RemoteError {
         let message = message.unwrap_or_else(|| "no message".into());
         self.remote(&format!("stopped the reply with an error: {message}"))
     }
 
-    pub(super) fn malformed(&self, data: &str, e: &serde_json::Error) -> ServiceError {
+    pub(super) fn malformed(&self, data: &str, e: &serde_json::Error) -> RemoteError {
         let data = wire::clip(data, 200);
         self.remote(&format!(
             "sent a malformed stream: `{data}` is not a chunk ({e})"
@@ -102,7 +100,7 @@ impl RemoteEngine {
     }
 
     /// A failed read of a body under way.
-    pub(super) fn broken(&self, e: &io::Error) -> ServiceError {
+    pub(super) fn broken(&self, e: &io::Error) -> RemoteError {
         if timed_out(e) {
             let secs = self.read_timeout.as_secs_f32();
             self.remote(&format!("stopped sending (nothing for {secs} s)"))
@@ -132,7 +130,7 @@ pub(super) fn client(read_timeout: Duration) -> Result<Client> {
         .timeout(read_timeout)
         .build()
         .map_err(|e| {
-            ServiceError::Engine(format!("cannot start the HTTP client: {}", root_cause(&e)))
+            RemoteError::Client(format!("cannot start the HTTP client: {}", root_cause(&e)))
         })
 }
 
@@ -140,7 +138,7 @@ pub(super) fn client(read_timeout: Duration) -> Result<Client> {
 pub(super) fn normalize(url: &str) -> Result<String> {
     let text = url.trim();
     let invalid =
-        |why: String| ServiceError::Invalid(format!("`{text}` is not an engine address: {why}"));
+        |why: String| RemoteError::Invalid(format!("`{text}` is not an engine address: {why}"));
     if !text.contains("://") {
         return Err(invalid(format!("write it as http://{text}")));
     }

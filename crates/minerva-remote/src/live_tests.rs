@@ -44,7 +44,7 @@ fn a_wrong_or_missing_key_is_refused() {
     let url = format!("{}/v1", f.url);
     assert_eq!(
         e,
-        ServiceError::RemoteKey {
+        RemoteError::Key {
             url: url.clone(),
             sent: true
         }
@@ -56,7 +56,7 @@ fn a_wrong_or_missing_key_is_refused() {
     let none = RemoteEngine::new(&f.url, None).unwrap();
     assert_eq!(
         none.models().unwrap_err(),
-        ServiceError::RemoteKey { url, sent: false }
+        RemoteError::Key { url, sent: false }
     );
 }
 
@@ -70,7 +70,7 @@ fn an_unknown_model_and_a_server_error_say_what_the_server_said() {
         .unwrap_err();
     assert_eq!(
         e,
-        ServiceError::RemoteNoModel {
+        RemoteError::NoModel {
             url: url.clone(),
             model: "missing".into()
         }
@@ -96,7 +96,7 @@ fn an_unreachable_port() {
     let started = Instant::now();
     let e = engine.models().unwrap_err();
     assert!(
-        matches!(&e, ServiceError::RemoteUnreachable { url, .. } if url.contains(&port.to_string())),
+        matches!(&e, RemoteError::Unreachable { url, .. } if url.contains(&port.to_string())),
         "{e:?}"
     );
     assert!(
@@ -105,7 +105,7 @@ fn an_unreachable_port() {
         "{e}"
     );
     let e = ask(&engine, "chat", &AtomicBool::new(false)).1.unwrap_err();
-    assert!(matches!(e, ServiceError::RemoteUnreachable { .. }), "{e:?}");
+    assert!(matches!(e, RemoteError::Unreachable { .. }), "{e:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
@@ -236,4 +236,49 @@ fn an_answer_not_streamed_is_taken_whole() {
         (done.prompt_tokens, done.completion_tokens),
         (Some(5), Some(1))
     );
+}
+
+#[test]
+fn a_streamed_completion_with_logprobs_and_usage() {
+    let f = fixture();
+    let engine = RemoteEngine::new(&f.url, Some(KEY)).unwrap();
+    let req = RemoteCompletion {
+        model: "m".into(),
+        prompt: "Say".into(),
+        max_tokens: Some(2),
+        temperature: Some(0.0),
+        logprobs: Some(1),
+        ..RemoteCompletion::default()
+    };
+    let mut deltas = Vec::new();
+    let done = engine
+        .complete(&req, &AtomicBool::new(false), &mut |d| deltas.push(d))
+        .unwrap();
+    assert_eq!(
+        deltas,
+        [
+            content("Hello"),
+            RemoteDelta::Logprob(RemoteLogprob {
+                token: "Hello".into(),
+                logprob: -0.5,
+                top: vec![("Hello".into(), -0.5)],
+            }),
+            content(" world"),
+        ]
+    );
+    assert_eq!(
+        done,
+        RemoteDone {
+            finish_reason: Some("length".into()),
+            prompt_tokens: Some(3),
+            completion_tokens: Some(2),
+        }
+    );
+    let (_, body) = f.seen.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        (body["prompt"].as_str(), body["logprobs"].as_u64()),
+        (Some("Say"), Some(1))
+    );
+    assert_eq!(body["stream"], true);
+    assert_eq!(engine.host(), f.url.trim_start_matches("http://"));
 }

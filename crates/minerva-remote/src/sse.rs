@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn an_overlong_line_is_an_error() {
-        let long = vec![b'x'; 100];
+        let long = [b'x'; 100];
         let mut lines = Lines::new(&long[..], 64);
         let err = lines.next_line().unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);

@@ -1,6 +1,8 @@
 //! A blocking client for OpenAI-compatible engines (llama.cpp's server, vLLM, another Minerva,
-//! OpenAI itself): list their models and stream a chat reply, with a cancel.
+//! OpenAI itself): list their models and stream a chat reply or a plain completion, with a
+//! cancel.
 
+mod error;
 mod http;
 mod sse;
 mod stream;
@@ -21,7 +23,7 @@ use reqwest::blocking::Client;
 use reqwest::header::{HeaderValue, ACCEPT};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, ServiceError};
+pub use error::{RemoteError, Result};
 use http::{client, normalize};
 use stream::Item;
 
@@ -91,6 +93,20 @@ pub struct RemoteChat {
     pub logprobs: Option<usize>,
 }
 
+/// A plain completion request: the prompt is continued as it is, no chat template applied.
+/// Fields left `None` or empty are not sent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RemoteCompletion {
+    pub model: String,
+    pub prompt: String,
+    pub max_tokens: Option<usize>,
+    pub temperature: Option<f32>,
+    pub seed: Option<u64>,
+    pub stop: Vec<String>,
+    /// Some(n): ask for logprobs with n top alternatives.
+    pub logprobs: Option<usize>,
+}
+
 /// A piece of a reply, as it arrives.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RemoteDelta {
@@ -141,7 +157,7 @@ impl RemoteEngine {
         let key = match api_key.map(str::trim).filter(|k| !k.is_empty()) {
             Some(k) => {
                 let mut v = HeaderValue::from_str(&format!("Bearer {k}")).map_err(|_| {
-                    ServiceError::Invalid(
+                    RemoteError::Invalid(
                         "the API key holds characters that cannot be sent: paste it again".into(),
                     )
                 })?;
@@ -161,6 +177,19 @@ impl RemoteEngine {
     /// The normalized base URL, without a trailing `/`.
     pub fn url(&self) -> &str {
         &self.base
+    }
+
+    /// The engine's host, with the port where the address gives one (`10.0.0.5:8000`,
+    /// `api.openai.com`).
+    pub fn host(&self) -> String {
+        match reqwest::Url::parse(&self.base) {
+            Ok(u) => match (u.host_str(), u.port()) {
+                (Some(h), Some(p)) => format!("{h}:{p}"),
+                (Some(h), None) => h.to_string(),
+                (None, _) => self.base.clone(),
+            },
+            Err(_) => self.base.clone(),
+        }
     }
 
     /// GET {base}/models → the ids of the models the server offers.
@@ -184,20 +213,45 @@ impl RemoteEngine {
         cancel: &AtomicBool,
         on: &mut dyn FnMut(RemoteDelta),
     ) -> Result<RemoteDone> {
+        let body = wire::ChatRequest::streamed(req);
+        self.stream_reply("chat/completions", &body, &req.model, cancel, on)
+    }
+
+    /// POST {base}/completions with `stream: true`: as [`RemoteEngine::chat`], for a prompt
+    /// continued as it is. Its text arrives as [`RemoteDelta::Content`].
+    pub fn complete(
+        &self,
+        req: &RemoteCompletion,
+        cancel: &AtomicBool,
+        on: &mut dyn FnMut(RemoteDelta),
+    ) -> Result<RemoteDone> {
+        let body = wire::CompletionRequest::streamed(req);
+        self.stream_reply("completions", &body, &req.model, cancel, on)
+    }
+
+    /// Posts `body` to `path` and reads the streamed reply, as [`RemoteEngine::chat`] tells.
+    fn stream_reply(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+        model: &str,
+        cancel: &AtomicBool,
+        on: &mut dyn FnMut(RemoteDelta),
+    ) -> Result<RemoteDone> {
         let mut done = RemoteDone::default();
         let request = self
-            .request_with(reqwest::Method::POST, "chat/completions")
+            .request_with(reqwest::Method::POST, path)
             .header(ACCEPT, "text/event-stream")
-            .json(&wire::ChatRequest::streamed(req));
+            .json(body);
         // The reading is done on a thread of its own, so that this one can keep an eye on
         // the cancel flag while a read blocks.
         let (tx, items) = mpsc::sync_channel(64);
         let engine = self.clone();
-        let model = req.model.clone();
+        let model = model.to_string();
         std::thread::Builder::new()
             .name("remote-stream".into())
             .spawn(move || engine.stream(request, &model, tx))
-            .map_err(|e| ServiceError::Engine(format!("cannot start a thread: {e}")))?;
+            .map_err(|e| RemoteError::Client(format!("cannot start a thread: {e}")))?;
         let mut any_event = false;
         loop {
             if cancel.load(Ordering::Relaxed) {
