@@ -74,6 +74,9 @@ pub struct Completion {
     /// Events decoded but not yet handed out.
     ready: std::collections::VecDeque<CompletionEvent>,
     generated: usize,
+    /// The token before the next one (the prompt's last, then each generated one): token texts
+    /// are read in its context, so that a leading space is kept.
+    last_id: u32,
     started: bool,
     ended: bool,
 }
@@ -112,6 +115,7 @@ pub fn start(model: Arc<LoadedModel>, req: CompletionRequest) -> Result<Completi
         None => ctx - prompt.len(),
     };
     let prompt_tokens = prompt.len();
+    let last_id = prompt[prompt.len() - 1];
     let engine_req = Request {
         prompt,
         max_tokens,
@@ -132,6 +136,7 @@ pub fn start(model: Arc<LoadedModel>, req: CompletionRequest) -> Result<Completi
         cancel,
         ready: Default::default(),
         generated: 0,
+        last_id,
         started: false,
         ended: false,
     })
@@ -188,7 +193,10 @@ impl Completion {
                 self.ready.push_back(CompletionEvent::Logprob(view));
                 return;
             }
-            Event::Token { .. } => self.generated += 1,
+            Event::Token { id, .. } => {
+                self.generated += 1;
+                self.last_id = *id;
+            }
             Event::Done { stats } => {
                 let pieces = self.text.finish();
                 self.push_pieces(pieces);
@@ -247,12 +255,24 @@ impl Completion {
     }
 
     fn view(&self, l: &TokenLogprobs) -> LogprobView {
+        let Ok(local) = self.model.local() else {
+            return LogprobView {
+                token: String::new(),
+                logprob: l.logprob,
+                bytes: Vec::new(),
+                top: Vec::new(),
+            };
+        };
+        let tokenizer = &local.prep.tokenizer;
+        // A token's text after the one before it, less that one's: decoded alone, a
+        // SentencePiece token loses its leading space.
+        let before = tokenizer.decode(&[self.last_id], false).unwrap_or_default();
         let text = |id: u32| {
-            let t = self
-                .model
-                .local()
-                .map(|m| m.prep.tokenizer.decode(&[id], false).unwrap_or_default())
-                .unwrap_or_default();
+            let pair = tokenizer.decode(&[self.last_id, id], false).unwrap_or_default();
+            let t = match pair.strip_prefix(before.as_str()) {
+                Some(rest) if !before.contains('\u{fffd}') => rest.to_string(),
+                _ => tokenizer.decode(&[id], false).unwrap_or_default(),
+            };
             let bytes = t.as_bytes().to_vec();
             (t, bytes)
         };
