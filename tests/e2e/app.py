@@ -80,10 +80,13 @@ class Shots:
         self.names.append(path)
 
 
-def wait_text(d, xpath, text, timeout=60):
+def wait_text(d, xpath, text, timeout=60, ignore_case=False):
+    def has(e):
+        return text.lower() in e.text.lower() if ignore_case else text in e.text
+
     def ok(d):
         els = d.find_elements(By.XPATH, xpath)
-        return els if any(text in e.text for e in els) else False
+        return els if any(has(e) for e in els) else False
     return WebDriverWait(d, timeout).until(ok)
 
 

@@ -13,94 +13,32 @@ same question with Paris. Both servers are stopped whatever happens; a failed st
 browser-failure.png and exits with 1.
 """
 import argparse
+import contextlib
 import json
 import os
 import re
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
-import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import WebDriverWait as _Wait
 
-QUESTION = "What is the capital of France?"
+import app
+from app import (QUESTION, Shots, WebDriverWait, chat_screen, models_screen, replies, send,
+                 set_number)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from serving import Server  # noqa: E402
+
 STOP = "//button[normalize-space()='Stop']"
 
 
 class Failure(Exception):
     """A step that did not go as it should, in words."""
-
-
-def WebDriverWait(d, timeout):
-    """Waits that look again when the UI redrew an element between finding and reading it."""
-    return _Wait(d, timeout, poll_frequency=0.1,
-                 ignored_exceptions=[StaleElementReferenceException])
-
-
-# ---- the servers ---------------------------------------------------------------------------
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A `minerva serve` process, its output in files (a pipe nobody reads would fill and stall it)."""
-
-    def __init__(self, name, argv, env, tmp):
-        self.name = name
-        self.port = int(argv[argv.index("--port") + 1])
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.err_path = os.path.join(tmp, name + ".stderr")
-        with open(os.path.join(tmp, name + ".stdout"), "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err)
-
-    def stderr(self):
-        with open(self.err_path, errors="replace") as f:
-            return f.read()[-4000:]
-
-    def wait_healthy(self, timeout=120):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise Failure(f"{self.name} server exited with {self.proc.returncode}:\n{self.stderr()}")
-            try:
-                with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.25)
-        raise Failure(f"{self.name} server gave no 200 on /health in {timeout} s:\n{self.stderr()}")
-
-    def call(self, command, args=None):
-        """A command of the service over HTTP, as the page sends it."""
-        req = urllib.request.Request(
-            f"{self.base}/api/call/{command}", data=json.dumps(args or {}).encode(),
-            headers={"content-type": "application/json"}, method="POST")
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.load(r)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 # ---- the page ----------------------------------------------------------------------------
@@ -113,52 +51,17 @@ def browser(chromium, chromedriver):
     return webdriver.Chrome(service=Service(chromedriver), options=opts)
 
 
-class Shots:
-    def __init__(self, out):
-        self.out = out
-        self.names = []
-
-    def __call__(self, d, name):
-        path = os.path.join(self.out, name + ".png")
-        # Two animation frames: what the last change drew is on screen before the picture.
-        d.execute_async_script(
-            "const done = arguments[arguments.length - 1];"
-            "requestAnimationFrame(() => requestAnimationFrame(() => done()));")
-        d.save_screenshot(path)
-        self.names.append(path)
-
-
 def wait_text(d, xpath, text, timeout=60):
-    """Waits for an element at `xpath` whose text holds `text` (case ignored)."""
-    def ok(d):
-        els = d.find_elements(By.XPATH, xpath)
-        return [e for e in els if text.lower() in e.text.lower()] or False
+    """Waits for an element at `xpath` whose text holds `text` (case ignored): those that do."""
     try:
-        return WebDriverWait(d, timeout).until(ok)
+        els = app.wait_text(d, xpath, text, timeout, ignore_case=True)
     except Exception as e:
         raise Failure(f"no {xpath} saying {text!r} within {timeout} s") from e
+    return [e for e in els if text.lower() in e.text.lower()]
 
 
 def button(d, label, within=None):
     return (within or d).find_element(By.XPATH, f".//button[normalize-space()='{label}']")
-
-
-def models_screen(d):
-    d.find_element(By.TAG_NAME, "body").send_keys(Keys.CONTROL, "1")
-    WebDriverWait(d, 10).until(lambda d: d.find_elements(By.XPATH, "//h1[text()='Models']"))
-
-
-def chat_screen(d):
-    d.find_element(By.TAG_NAME, "body").send_keys(Keys.CONTROL, "2")
-    WebDriverWait(d, 10).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, "textarea[aria-label='Message']"))
-
-
-def set_number(d, label, value):
-    box = d.find_element(
-        By.XPATH, f"//aside[@aria-label='Chat settings']//label[contains(., '{label}')]//input")
-    box.send_keys(Keys.CONTROL, "a")
-    box.send_keys(str(value), Keys.TAB)
 
 
 def greedy(d):
@@ -169,15 +72,9 @@ def greedy(d):
     button(d, "Close").click()
 
 
-def replies(d):
-    return d.find_elements(By.CSS_SELECTOR, "article.msg.assistant")
-
-
 def ask(d, shot, name):
     """Sends the question, waits for the whole reply, checks it says Paris, and screenshots it."""
-    box = d.find_element(By.CSS_SELECTOR, "textarea[aria-label='Message']")
-    box.send_keys(QUESTION)
-    box.send_keys(Keys.ENTER)
+    send(d, QUESTION)
     try:
         WebDriverWait(d, 120).until(lambda d: any("Paris" in r.text for r in replies(d)))
         WebDriverWait(d, 120).until(lambda d: not d.find_elements(By.XPATH, STOP))
@@ -189,36 +86,36 @@ def ask(d, shot, name):
 
 # ---- the steps ---------------------------------------------------------------------------
 
-def wait_loaded(server, timeout=120):
-    """The server loads --model as it starts: wait until the service lists it."""
+def wait_until(server, ready, what, timeout=120):
+    """Polls `ready()` until it is true; a Failure when the server exits first, or saying `what`
+    after `timeout` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise Failure(f"{server.name} server exited with {server.proc.returncode}:\n{server.stderr()}")
-        if server.call("loaded_models"):
+        if not server.alive():
+            raise Failure(f"{server.name} exited with {server.proc.returncode}:\n{server.stderr()}")
+        if ready():
             return
         time.sleep(0.5)
-    raise Failure(f"{server.name} server had no model loaded after {timeout} s:\n{server.stderr()}")
+    raise Failure(f"{server.name} {what} after {timeout} s:\n{server.stderr()}")
 
 
-def wait_models(server, timeout=120):
+def wait_loaded(server):
+    """The server loads --model as it starts: wait until the service lists it."""
+    wait_until(server, lambda: server.call("loaded_models"), "had no model loaded")
+
+
+def wait_models(server):
     """An engine is of use once its /v1/models lists a model."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise Failure(f"{server.name} server exited with {server.proc.returncode}:\n{server.stderr()}")
+    def listed():
         try:
-            with urllib.request.urlopen(server.base + "/v1/models", timeout=5) as r:
-                if json.load(r).get("data"):
-                    return
+            return json.loads(server.get("/v1/models")).get("data")
         except (urllib.error.URLError, OSError, ValueError):
-            pass
-        time.sleep(0.5)
-    raise Failure(f"{server.name} server listed no model on /v1/models after {timeout} s:\n{server.stderr()}")
+            return False
+    wait_until(server, listed, "listed no model on /v1/models")
 
 
 def local_chat(d, ui, hint, shot):
-    d.get(ui.base + "/")
+    d.get(ui.url + "/")
     WebDriverWait(d, 30).until(lambda d: d.find_elements(By.XPATH, "//h1[text()='Models']"))
     # The page was served by the server: it must be on the HTTP transport, not the mock.
     meta = d.find_elements(By.CSS_SELECTOR, "meta[name='minerva-transport'][content='http']")
@@ -239,7 +136,7 @@ def local_chat(d, ui, hint, shot):
 
 
 def remote_chat(d, remote, shot):
-    url = f"{remote.base}/v1"
+    url = f"{remote.url}/v1"
     host = f"127.0.0.1:{remote.port}"
     models_screen(d)
     box = d.find_element(By.CSS_SELECTOR, "input[aria-label='Remote engine URL']")
@@ -272,6 +169,45 @@ def remote_chat(d, remote, shot):
     ask(d, shot, "browser-03-remote-chat")
 
 
+def run(args, shot):
+    minerva = os.path.abspath(args.minerva)
+    model = os.path.abspath(args.model)
+    # The model's name as the UI shows it starts like its file: "SmolLM2-…" → "smollm2".
+    hint = re.split(r"[-_. ]", os.path.basename(model))[0]
+    # Unwound last in, first out: the browser quits, then the servers stop (each saying what it
+    # wrote on stderr if a step failed), then the home goes.
+    with contextlib.ExitStack() as stack:
+        # An empty home: no models found on disk, nothing from earlier runs.
+        env = {"HOME": stack.enter_context(tempfile.TemporaryDirectory(prefix="minerva-browser-"))}
+        ui = stack.enter_context(Server(minerva, ["--ui", "--model", model, "--host", "127.0.0.1"],
+                                        env=env, name="ui server"))
+        wait_loaded(ui)
+
+        d = browser(args.chromium, args.chromedriver)
+        stack.callback(quit_quietly, d)
+        try:
+            local_chat(d, ui, hint, shot)
+
+            # The stand-in for a remote engine: its own database, no UI.
+            remote = stack.enter_context(Server(minerva, ["--model", model, "--host", "127.0.0.1"],
+                                                env=env, name="remote server"))
+            wait_models(remote)
+            remote_chat(d, remote, shot)
+        except Exception:  # keep a picture of the page
+            try:
+                shot(d, "browser-failure")
+            except Exception:
+                pass
+            raise
+
+
+def quit_quietly(d):
+    try:
+        d.quit()
+    except Exception:
+        pass
+
+
 def main():
     p = argparse.ArgumentParser(description="minerva serve --ui in headless Chromium, end to end")
     p.add_argument("--minerva", required=True, help="the minerva CLI binary")
@@ -280,61 +216,12 @@ def main():
     p.add_argument("--chromium", default="/usr/bin/chromium")
     p.add_argument("--chromedriver", default="/usr/bin/chromedriver")
     args = p.parse_args()
-    minerva = os.path.abspath(args.minerva)
-    model = os.path.abspath(args.model)
     os.makedirs(args.out, exist_ok=True)
-    # The model's name as the UI shows it starts like its file: "SmolLM2-…" → "smollm2".
-    hint = re.split(r"[-_. ]", os.path.basename(model))[0]
-
-    tmp = tempfile.mkdtemp(prefix="minerva-browser-")
-    env = dict(os.environ)
-    # An empty home: no models found on disk, nothing from earlier runs.
-    env["HOME"] = tmp
     shot = Shots(args.out)
-    servers = []
-    d = None
-    failed = None
     try:
-        ui = Server("ui", [minerva, "serve", "--ui", "--model", model, "--host", "127.0.0.1",
-                           "--port", str(free_port()), "--backend", "cpu"],
-                    dict(env, MINERVA_DB=os.path.join(tmp, "db.sqlite")), tmp)
-        servers.append(ui)
-        ui.wait_healthy()
-        wait_loaded(ui)
-
-        d = browser(args.chromium, args.chromedriver)
-        local_chat(d, ui, hint, shot)
-
-        # The stand-in for a remote engine: its own database, no UI.
-        remote = Server("remote", [minerva, "serve", "--model", model, "--host", "127.0.0.1",
-                                   "--port", str(free_port()), "--backend", "cpu"],
-                        dict(env, MINERVA_DB=os.path.join(tmp, "remote-db.sqlite")), tmp)
-        servers.append(remote)
-        remote.wait_healthy()
-        wait_models(remote)
-        remote_chat(d, remote, shot)
-    except Exception as e:  # any failure: say what, keep a picture of the page, exit 1
-        failed = f"{type(e).__name__}: {e}"
-        if d is not None:
-            try:
-                shot(d, "browser-failure")
-            except Exception:
-                pass
-    finally:
-        if d is not None:
-            try:
-                d.quit()
-            except Exception:
-                pass
-        for s in servers:
-            s.stop()
-        if failed:
-            for s in servers:
-                print(f"--- {s.name} server stderr (end) ---\n{s.stderr()}", file=sys.stderr)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-    if failed:
-        print(f"FAILED: {failed}", file=sys.stderr)
+        run(args, shot)
+    except Exception as e:  # any failure: say what, and exit 1
+        print(f"FAILED: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)
     print("screenshots:", " ".join(shot.names))
 

@@ -171,3 +171,41 @@ fn a_chat_killed_mid_reply_loses_only_that_reply() {
         )
         .unwrap();
 }
+
+#[test]
+fn a_remote_engines_model_chats_like_the_same_model_here() {
+    let fixture = Path::new(FIXTURES).join("qwen3/f32");
+    let chat = |model: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_minerva"))
+            .args(["chat", model, "--temp", "0", "--max-tokens", "6"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"What is two plus two?\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let here = chat(fixture.to_str().unwrap());
+    let server = common::serving::serve(fixture.to_str().unwrap());
+    let (_, models) = common::serving::get(server.port, "/v1/models").unwrap();
+    let id = serde_json::from_str::<serde_json::Value>(&models).unwrap()["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Without /v1: the address is completed as the engine was added.
+    let there = chat(&format!("http://127.0.0.1:{}#{id}", server.port));
+    assert!(here.len() > 4, "{here}");
+    assert_eq!(
+        there, here,
+        "the remote reply = the local one (greedy, same weights)"
+    );
+}

@@ -268,7 +268,9 @@ impl Completion {
         // SentencePiece token loses its leading space.
         let before = tokenizer.decode(&[self.last_id], false).unwrap_or_default();
         let text = |id: u32| {
-            let pair = tokenizer.decode(&[self.last_id, id], false).unwrap_or_default();
+            let pair = tokenizer
+                .decode(&[self.last_id, id], false)
+                .unwrap_or_default();
             let t = match pair.strip_prefix(before.as_str()) {
                 Some(rest) if !before.contains('\u{fffd}') => rest.to_string(),
                 _ => tokenizer.decode(&[id], false).unwrap_or_default(),

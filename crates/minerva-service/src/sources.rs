@@ -119,6 +119,9 @@ impl Service {
 
     /// The client of an engine that was added (only those: a path cannot reach any URL).
     fn engine(&self, url: &str) -> Result<RemoteEngine> {
+        // As it was stored: normalized (`http://host:port` → `http://host:port/v1`).
+        let normal = RemoteEngine::new(url, None).map(|e| e.url().to_string());
+        let url = normal.as_deref().unwrap_or(url);
         let settings = self.store.app_settings()?;
         let source = settings
             .remote_engines

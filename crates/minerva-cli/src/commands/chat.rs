@@ -28,8 +28,12 @@ fn handle_ctrl_c(service: Arc<Service>, conversation: i64) -> Result<Arc<AtomicB
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A .gguf file, or a SafeTensors / MLX model folder.
+    /// A .gguf file, a SafeTensors / MLX model folder, or a remote engine's model as
+    /// `URL#MODEL` (`http://gpu-box:8000/v1#Qwen/Qwen3-8B`).
     pub model: PathBuf,
+    /// The remote engine's API key (also from MINERVA_REMOTE_KEY).
+    #[arg(long, env = "MINERVA_REMOTE_KEY", hide_env_values = true)]
+    pub remote_key: Option<String>,
     /// A system message to start the conversation with.
     #[arg(long)]
     pub system: Option<String>,
@@ -67,6 +71,11 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     .map_err(|e| e.to_string())?;
     let service = Service::new(store, sink);
+    if let Some((url, _)) = minerva_service::sources::parse_remote_path(&args.model) {
+        service
+            .add_remote_engine(url, args.remote_key.as_deref())
+            .map_err(|e| e.to_string())?;
+    }
     let info =
         super::backend::load_with_service(&service, &args.model, &args.backend.name(), args.ctx)?;
     let settings = Settings {

@@ -2,6 +2,8 @@
 //! `scripts/setup.sh` fetches live.
 #![allow(dead_code)]
 
+pub mod serving;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
