@@ -192,6 +192,11 @@ export interface BenchRequest {
   gen_tokens: number;
   runs: number;
   quality_tokens: number;
+  /**
+   * Remote engines' models measured beside the formats, as `<engine url>#<model id>` (their
+   * found models' paths): speed from the stream, no load time or memory.
+   */
+  remotes: string[];
 }
 
 export interface BenchRunSummary {
@@ -218,6 +223,7 @@ export interface BenchColumn {
 }
 
 export interface BenchRow {
+  /** A format's label, or a remote model's ("remote: <model> @ <host:port>"). */
   label: string;
   /** The format the quality figures are measured against. */
   reference: boolean;
@@ -242,8 +248,9 @@ export type BenchExportFormat = 'json' | 'csv' | 'markdown' | 'html';
 
 export interface BenchProgressEvent {
   job: number;
-  /** Index of the format in the request's paths. */
+  /** Index of the format in the request's paths; a remote model's is paths.length + its index. */
   format: number;
+  /** A remote model's reads "remote: <model> @ <host:port>". */
   label: string;
   done: number;
   total: number;

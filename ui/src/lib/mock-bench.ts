@@ -1,6 +1,7 @@
 // The benchmark half of the mock service: the catalogue's files, formats read from paths, a fake
-// run that steps through each format with setTimeout (progress, cancel, an error for a path
-// naming "fail"), the runs kept in memory, comparisons, import, export and PNG saving, and bar
+// run that steps through each format, then each remote engine's model, with setTimeout
+// (progress, cancel, an error for a path naming "fail"), the runs kept in memory (a remote
+// model's load time, memory and KL divergence not measured), comparisons, import, export and PNG saving, and bar
 // charts drawn like the Rust side's (same SVG classes). Merged into mock.ts's commands.
 import type {
   BenchColumn,
@@ -12,6 +13,7 @@ import type {
   CatalogueModel,
   ModelFormat,
 } from './api';
+import { remotePath } from './format';
 
 type Args = Record<string, any>;
 type Emit = (event: string, payload: unknown) => void;
@@ -72,7 +74,8 @@ const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replac
 export function mockChart(col: BenchColumn, labels: string[], values: (number | null)[], reference: number | null): string {
   const [W, LW, VW, RH, TOP] = [600, 170, 80, 28, 44];
   const plotW = W - LW - VW;
-  const top = Math.max(1e-9, ...values.map((v) => (v ?? 0) * 1.04));
+  const measured = values.filter((v): v is number => v != null);
+  const top = measured.length ? Math.max(1e-9, ...measured.map((v) => v * 1.04)) : 1;
   const height = TOP + RH * labels.length + 26;
   const x = (v: number) => LW + (Math.max(0, v) / top) * plotW;
   const dir = col.better === 'higher' ? 'higher is better' : 'lower is better';
@@ -106,13 +109,35 @@ export function mockChart(col: BenchColumn, labels: string[], values: (number | 
   return s + `<line class="axis" x1="${LW}" y1="${axisY}" x2="${LW + plotW}" y2="${axisY}"/></svg>`;
 }
 
-interface StoredRun {
-  summary: BenchRunSummary;
-  formats: BenchFormat[];
+/** A remote engine's model as a run keeps it: its path `<url>#<model>`, measured from the stream. */
+interface RemoteEntry {
+  path: string;
+  label: string;
+  format: 'remote';
+  bytes: 0;
+}
+type Entry = BenchFormat | RemoteEntry;
+
+/** Decode tok/s of a remote engine's model (a server GPU: faster than the files here). */
+const REMOTE_DECODE = 88.4;
+
+function remoteEntry(path: string): RemoteEntry {
+  const r = remotePath(path);
+  if (!r || !r.model) throw `"${path}" is not a remote engine's model: expected <engine url>#<model id>.`;
+  return { path, label: `remote: ${r.model} @ ${r.host}`, format: 'remote', bytes: 0 };
 }
 
-/** The figures of one format: null where not measured (quality against itself, or cut short). */
-function figures(f: BenchFormat, isReference: boolean, measured: boolean): (number | null)[] {
+interface StoredRun {
+  summary: BenchRunSummary;
+  formats: Entry[];
+}
+
+/**
+ * The figures of one format: null where not measured (quality against itself, or cut short; a
+ * remote model's load time, memory, and KL divergence, which needs every log-probability).
+ */
+function figures(f: Entry, isReference: boolean, measured: boolean): (number | null)[] {
+  if (f.format === 'remote') return [null, measured ? REMOTE_DECODE : null, null, null];
   const [load, decode, mem, kl] = BASE[f.format];
   const small = f.bytes < 600_000_000;
   return [
@@ -123,9 +148,11 @@ function figures(f: BenchFormat, isReference: boolean, measured: boolean): (numb
   ];
 }
 
-function referenceOf(formats: BenchFormat[]): number {
+/** The format quality is measured against: safetensors, else the first; none with only remotes. */
+function referenceOf(formats: Entry[]): number | null {
   const i = formats.findIndex((f) => f.format === 'safetensors');
-  return i >= 0 ? i : 0;
+  if (i >= 0) return i;
+  return formats.length && formats[0].format !== 'remote' ? 0 : null;
 }
 
 function viewOf(runs: StoredRun[], prefixes: string[]): BenchView {
@@ -147,23 +174,27 @@ function viewOf(runs: StoredRun[], prefixes: string[]): BenchView {
   }));
   const charts = COLUMNS.map((c, j) => mockChart(c, labels, values.map((v) => v[j]), reference));
   const byDecode = labels.map((l, i) => [l, values[i][1] ?? 0] as const).sort((a, b) => b[1] - a[1]);
-  const verdicts = [
-    `${byDecode[0][0]} decodes fastest: ${byDecode[0][1]} tokens per second.`,
-    `${labels[reference ?? 0]} is the reference for quality; the other formats stay close to it.`,
-  ];
+  const verdicts = [`${byDecode[0][0]} decodes fastest: ${byDecode[0][1]} tokens per second.`];
+  if (reference != null) verdicts.push(`${labels[reference]} is the reference for quality; the other formats stay close to it.`);
+  if (runs.some((r) => r.formats.some((f) => f.format === 'remote'))) {
+    verdicts.push('Remote engines: load time and memory are not measured, and KL divergence needs every log-probability.');
+  }
   if (runs.some((r) => r.summary.interrupted)) verdicts.push('The run was stopped early: some figures were not measured.');
   return { summary: { ...runs[0].summary }, report: { mock: true, runs: runs.map((r) => r.summary) }, columns: COLUMNS, rows, charts, verdicts };
 }
 
-/** The bench commands of the mock service; `tickMs` between two progress steps. */
-export function createBenchMock(emit: Emit, tickMs: number) {
+/**
+ * The bench commands of the mock service; `tickMs` between two progress steps. `knownEngine`
+ * says whether a remote engine (its url) was added; without it, any engine is.
+ */
+export function createBenchMock(emit: Emit, tickMs: number, knownEngine: (url: string) => boolean = () => true) {
   const now = () => Date.now();
   let nextRun = 1;
   let nextJob = 1;
   const runs: StoredRun[] = [];
   let active: { job: number; timer: ReturnType<typeof setTimeout> | null; finish: (interrupted: boolean) => void } | null = null;
 
-  const store = (model: string, formats: BenchFormat[], extra: Partial<BenchRunSummary>): StoredRun => {
+  const store = (model: string, formats: Entry[], extra: Partial<BenchRunSummary>): StoredRun => {
     const run: StoredRun = {
       summary: { id: nextRun++, created_at: now(), model, backend: 'auto', device: 'Mock GPU (Vulkan)', formats: formats.map((f) => f.label), interrupted: false, imported: false, ...extra },
       formats,
@@ -183,13 +214,22 @@ export function createBenchMock(emit: Emit, tickMs: number) {
 
   function start(request: BenchRequest): number {
     if (active) throw 'A benchmark is already running: cancel it or wait for it to end.';
-    if (!request.paths?.length) throw 'Pick at least one format to benchmark.';
-    const formats = request.paths.map(mockBenchFormat);
+    const paths = request.paths ?? [];
+    const remotes = request.remotes ?? [];
+    if (!paths.length && !remotes.length) throw 'Pick at least one format or remote model to compare.';
+    const local = paths.map(mockBenchFormat);
+    const remote = remotes.map(remoteEntry);
+    for (const r of remote) {
+      const url = r.path.slice(0, r.path.indexOf('#'));
+      if (!knownEngine(url)) throw `${url} is not among the remote engines: add it first.`;
+    }
+    const formats: Entry[] = [...local, ...remote];
     const job = nextJob++;
-    const steps: { format: number; phase: string }[][] = formats.map((_, i) => {
-      const s = [{ format: i, phase: 'cold load' }];
+    // A remote model has no load; its quality is scored against a local reference, if any.
+    const steps: { format: number; phase: string }[][] = formats.map((e, i) => {
+      const s: { format: number; phase: string }[] = e.format === 'remote' ? [] : [{ format: i, phase: 'cold load' }];
       for (const p of request.prompt_tokens) for (let r = 1; r <= request.runs; r++) s.push({ format: i, phase: `prompt ${p} · run ${r}/${request.runs}` });
-      if (request.quality_tokens > 0) s.push({ format: i, phase: 'quality' });
+      if (request.quality_tokens > 0 && local.length) s.push({ format: i, phase: 'quality' });
       return s;
     });
     let f = 0;
@@ -205,7 +245,7 @@ export function createBenchMock(emit: Emit, tickMs: number) {
       if (!active) return;
       active.timer = null;
       const total = steps[f].length;
-      if (/fail/i.test(request.paths[f]) && k === 2) {
+      if (/fail/i.test(formats[f].path) && k === 2) {
         active = null;
         emit('bench-error', { job, message: `${formats[f].label}: the benchmark process ended early (exit status 1).` });
         return;

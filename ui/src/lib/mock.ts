@@ -505,7 +505,7 @@ export function createMockTransport(options: MockOptions = {}): Transport {
       appSettings = { ...s, model_folders: [...new Set(s.model_folders)], data_folder: appSettings.data_folder };
       return { ...appSettings, model_folders: appSettings.model_folders.slice() };
     },
-    ...createBenchMock(emit, benchTickMs),
+    ...createBenchMock(emit, benchTickMs, (url) => remotes.some((r) => r.url === url)),
   };
 
   return {

@@ -1,7 +1,8 @@
 // The Benchmark screen against the mock service, used like a person would: pick a model, tick
 // formats (Run greys out with none), run with progress rows, cancel, read the results (verdicts,
-// table with the reference marked, a chart per column), compare two past runs, add files and
-// import a report through the (prompt) pickers.
+// table with the reference marked, a chart per column), remote engines' models beside the
+// formats (unticked at first, enough alone for Run, dashes and no bars for what they do not
+// measure), compare two past runs, add files and import a report through the (prompt) pickers.
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { render, screen, waitFor, within } from '@testing-library/svelte';
 import userEvent from '@testing-library/user-event';
@@ -12,8 +13,9 @@ import { recordingTransport } from './fake';
 
 afterEach(() => vi.unstubAllGlobals());
 
-async function setup(benchTickMs = 5) {
+async function setup(benchTickMs = 5, engines: string[] = []) {
   const rec = recordingTransport(createMockTransport({ benchTickMs }));
+  for (const url of engines) await rec.transport.invoke('add_remote_engine', { url });
   const bench = new BenchStore(rec.transport);
   await bench.init();
   const result = render(BenchScreen, { bench });
@@ -56,6 +58,7 @@ describe('Benchmark screen', () => {
         gen_tokens: 32,
         runs: 3,
         quality_tokens: 512,
+        remotes: [],
       },
     });
   });
@@ -110,6 +113,75 @@ describe('Benchmark screen', () => {
     expect(svg.querySelector('rect.bar.reference')?.classList.contains('f1')).toBe(true);
     expect(within(results).getAllByRole('button', { name: /Save the .* chart as PNG/ })).toHaveLength(columns);
     expect(within(results).getByRole('button', { name: 'Export as CSV' })).toBeTruthy();
+  });
+
+  it('lists remote engines’ models unticked; one alone is enough to run', async () => {
+    const { user, called } = await setup(5, ['gpu-box:8000']);
+    const group = screen.getByRole('group', { name: /Remote engines/ });
+    const boxes = within(group).getAllByRole('checkbox') as HTMLInputElement[];
+    expect(boxes.map((b) => b.checked)).toEqual([false, false]);
+    expect(boxes[0].closest('label')?.textContent).toMatch(/Qwen\/Qwen3-8B\s*gpu-box:8000/);
+    expect(runButton().disabled).toBe(true);
+    expect(screen.getByText('Choose a model or add its files, or tick a remote model.')).toBeTruthy();
+
+    await user.click(within(group).getByRole('checkbox', { name: /Qwen\/Qwen3-8B/ }));
+    expect(runButton().disabled).toBe(false);
+    await user.click(runButton());
+    expect(called('start_bench')[0].args).toEqual({
+      request: {
+        model: 'Qwen/Qwen3-8B',
+        paths: [],
+        backend: 'auto',
+        prompt_tokens: [128, 512],
+        gen_tokens: 128,
+        runs: 3,
+        quality_tokens: 512,
+        remotes: ['http://gpu-box:8000/v1#Qwen/Qwen3-8B'],
+      },
+    });
+    const progress = await screen.findByRole('region', { name: 'Benchmark in progress' });
+    expect(within(progress).getByRole('progressbar', { name: 'remote: Qwen/Qwen3-8B @ gpu-box:8000 progress' })).toBeTruthy();
+    await user.click(within(progress).getByRole('button', { name: 'Cancel' }));
+    expect(called('cancel_bench')).toHaveLength(1);
+  });
+
+  it('runs formats and a remote model side by side: dashes and no bars where not measured', async () => {
+    const { user, called } = await setup(5, ['gpu-box:8000']);
+    await user.selectOptions(screen.getByLabelText('Model'), 'cat:qwen3-0.6b');
+    await screen.findAllByRole('checkbox', { name: /gguf|safetensors|mlx/ });
+    await user.click(screen.getByRole('checkbox', { name: /mlx 4bit/ }));
+    await user.click(screen.getByRole('checkbox', { name: /meta-llama\/Llama-3\.1-8B-Instruct/ }));
+    const runs = screen.getByLabelText(/^Runs/);
+    await user.clear(runs);
+    await user.type(runs, '1');
+    await user.click(runButton());
+    expect(called('start_bench')[0].args.request.remotes).toEqual(['http://gpu-box:8000/v1#meta-llama/Llama-3.1-8B-Instruct']);
+    const progress = await screen.findByRole('region', { name: 'Benchmark in progress' });
+    const label = 'remote: meta-llama/Llama-3.1-8B-Instruct @ gpu-box:8000';
+    expect(within(progress).getAllByRole('progressbar').map((p) => p.getAttribute('aria-label'))).toEqual([
+      'gguf Q8_0 progress',
+      'safetensors BF16 progress',
+      `${label} progress`,
+    ]);
+
+    const results = await screen.findByRole('region', { name: 'Results' }, { timeout: 3000 });
+    const table = within(results).getByRole('table');
+    const headers = within(table).getAllByRole('columnheader').map((h) => h.textContent ?? '');
+    const rows = within(table).getAllByRole('row').slice(1);
+    expect(rows).toHaveLength(3);
+    const remote = rows.find((r) => r.textContent?.includes(label))!;
+    const cells = within(remote).getAllByRole('cell').map((c) => c.textContent?.trim());
+    expect(cells).toHaveLength(headers.length - 1);
+    const at = (title: string) => cells[headers.findIndex((h) => h.includes(title)) - 1];
+    expect(at('Cold load')).toBe('–');
+    expect(at('Peak memory')).toBe('–');
+    expect(Number(at('Decode'))).toBeGreaterThan(0);
+
+    const chart = (title: string) => within(results).getByRole('figure', { name: title }).querySelector('svg.chart')!;
+    expect(chart('Cold load').querySelectorAll('rect.bar')).toHaveLength(2);
+    expect(chart('Cold load').textContent).toMatch(/not measured/);
+    expect(chart('Peak memory').querySelectorAll('rect.bar')).toHaveLength(2);
+    expect(chart('Decode').querySelectorAll('rect.bar')).toHaveLength(3);
   });
 
   it('compares only exactly two picked runs', async () => {

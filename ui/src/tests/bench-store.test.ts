@@ -1,14 +1,19 @@
 // The bench store: progress events become a row per format, the run ends on bench-done (and
-// opens), cancel, errors, events before start_bench answers, the request it sends, the default
-// backend from the app's settings, and compare only with exactly two runs picked.
+// opens), cancel, errors, events before start_bench answers, the request it sends (remote
+// engines' models ticked apart, after the formats), the default backend from the app's settings,
+// and compare only with exactly two runs picked.
 import { describe, expect, it } from 'vitest';
-import { BenchStore, nameForPaths, parsePromptLengths } from '../lib/stores/bench.svelte';
-import type { AppSettings, BenchFormat, BenchRunSummary, BenchView } from '../lib/api';
+import { BenchStore, nameForPaths, parsePromptLengths, remoteLabel } from '../lib/stores/bench.svelte';
+import type { AppSettings, BenchFormat, BenchRunSummary, BenchView, FoundModel } from '../lib/api';
 import { fakeTransport, settle } from './fake';
 
 const FORMATS: BenchFormat[] = [
   { path: '/m/q-Q8_0.gguf', label: 'gguf Q8_0', format: 'gguf', bytes: 8e8 },
   { path: '/m/q', label: 'safetensors BF16', format: 'safetensors', bytes: 15e8 },
+];
+const REMOTES: FoundModel[] = [
+  { path: 'http://gpu-box:8000/v1#Qwen/Qwen3-8B', name: 'Qwen/Qwen3-8B', format: 'remote', bytes: 0, source: 'remote' },
+  { path: 'http://10.0.0.5:8080/v1#gemma-3-4b-it', name: 'gemma-3-4b-it', format: 'remote', bytes: 0, source: 'remote' },
 ];
 const summary = (id: number, created_at: number, extra: Partial<BenchRunSummary> = {}): BenchRunSummary => ({
   id,
@@ -30,11 +35,11 @@ const viewOf = (s: BenchRunSummary): BenchView => ({
   verdicts: ['gguf Q8_0 decodes fastest.'],
 });
 
-async function setup(settings: AppSettings | null = null) {
+async function setup(settings: AppSettings | null = null, found: FoundModel[] = []) {
   const runs = [summary(1, 1000), summary(2, 3000), summary(3, 2000)];
   const fake = fakeTransport({
     bench_catalogue: () => [{ id: 'q', name: 'Q', files: ['/m/q-Q8_0.gguf', '/m/q'] }],
-    found_models: () => [],
+    found_models: () => found,
     bench_runs: () => runs,
     bench_formats: ({ paths }: { paths: string[] }) => FORMATS.filter((f) => paths.includes(f.path)),
     start_bench: () => 7,
@@ -65,6 +70,7 @@ describe('bench store', () => {
         gen_tokens: 128,
         runs: 2,
         quality_tokens: 512,
+        remotes: [],
       },
     });
   });
@@ -141,6 +147,53 @@ describe('bench store', () => {
     expect(fake.called('start_bench')).toHaveLength(0);
   });
 
+  it('lists remote models apart, none ticked, and sends the ticked ones after the formats', async () => {
+    const disk: FoundModel = { path: '/m/x.gguf', name: 'x', format: 'gguf', bytes: 1e8, source: 'lmstudio' };
+    const { fake, bench } = await setup(null, [disk, ...REMOTES]);
+    expect(bench.found.map((m) => m.path)).toEqual(['/m/x.gguf']);
+    expect(bench.remoteModels.map((m) => m.path)).toEqual(REMOTES.map((m) => m.path));
+    expect(bench.checkedRemotes).toEqual([]);
+    expect(bench.request?.remotes).toEqual([]);
+
+    bench.checkedRemotes = [REMOTES[1].path];
+    await bench.start();
+    expect(fake.called('start_bench')[0].args.request).toMatchObject({
+      model: 'Q',
+      paths: ['/m/q-Q8_0.gguf', '/m/q'],
+      remotes: ['http://10.0.0.5:8080/v1#gemma-3-4b-it'],
+    });
+    expect(bench.progress.map((r) => r.label)).toEqual(['gguf Q8_0', 'safetensors BF16', 'remote: gemma-3-4b-it @ 10.0.0.5:8080']);
+    // A remote model's events come after the paths': format = paths.length + r.
+    fake.emit('bench-progress', { job: 7, format: 2, label: 'remote: gemma-3-4b-it @ 10.0.0.5:8080', done: 2, total: 4, phase: 'run 1/3: prompt 512' });
+    expect(bench.progress[2]).toEqual({ label: 'remote: gemma-3-4b-it @ 10.0.0.5:8080', done: 2, total: 4, phase: 'run 1/3: prompt 512' });
+    expect(bench.progress[0].phase).toBe('waiting');
+  });
+
+  it('runs with only a remote model ticked, named after it', async () => {
+    const { fake, bench } = await setup(null, REMOTES);
+    bench.checked = [];
+    expect(bench.canRun).toBe(false);
+    bench.checkedRemotes = [REMOTES[0].path];
+    expect(bench.canRun).toBe(true);
+    bench.model = '';
+    await bench.start();
+    expect(fake.called('start_bench')[0].args.request).toMatchObject({
+      model: 'Qwen/Qwen3-8B',
+      paths: [],
+      remotes: ['http://gpu-box:8000/v1#Qwen/Qwen3-8B'],
+    });
+    expect(bench.progress).toEqual([{ label: 'remote: Qwen/Qwen3-8B @ gpu-box:8000', done: 0, total: 0, phase: 'waiting' }]);
+  });
+
+  it('keeps remote ticks only for models still found', async () => {
+    const { fake, bench } = await setup(null, REMOTES);
+    bench.checkedRemotes = REMOTES.map((m) => m.path);
+    fake.handlers.found_models = () => [REMOTES[1]];
+    await bench.refresh();
+    expect(bench.checkedRemotes).toEqual([REMOTES[1].path]);
+    expect(bench.request?.remotes).toEqual([REMOTES[1].path]);
+  });
+
   it('takes the default backend from the app settings until the user picks one', async () => {
     const settings: AppSettings = { adapter: 'cpu', default_ctx: null, model_folders: [], data_folder: '/d', theme: 'system' };
     const { bench } = await setup(settings);
@@ -175,6 +228,10 @@ describe('bench helpers', () => {
     expect(parsePromptLengths('')).toBeNull();
     expect(parsePromptLengths('128,0')).toBeNull();
     expect(parsePromptLengths('12.5')).toBeNull();
+  });
+
+  it('labels a remote model as the service does', () => {
+    expect(remoteLabel('http://gpu-box:8000/v1#Qwen/Qwen3-8B')).toBe('remote: Qwen/Qwen3-8B @ gpu-box:8000');
   });
 
   it('names files added by hand after the folder they share', () => {

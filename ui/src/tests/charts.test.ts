@@ -21,6 +21,18 @@ describe('charts', () => {
     expect(clean).not.toMatch(/onclick/);
   });
 
+  it('draws no bar for a figure not measured, and no ticks of nothing when none is', () => {
+    const load = { title: 'Cold load', short: 'load', unit: 's', better: 'lower' as const };
+    const host = document.createElement('div');
+    host.innerHTML = sanitizeSvg(mockChart(load, ['gguf Q8_0', 'remote: m @ gpu-box:8000'], [0.42, null], 0));
+    expect(host.querySelectorAll('rect.bar')).toHaveLength(1);
+    expect(host.querySelector('rect.bar title')?.textContent).toBe('gguf Q8_0: 0.42');
+    expect(host.textContent).toMatch(/not measured/);
+    host.innerHTML = sanitizeSvg(mockChart(load, ['remote: m @ gpu-box:8000'], [null], null));
+    expect(host.querySelectorAll('rect.bar')).toHaveLength(0);
+    expect([...host.querySelectorAll('text.tick')].map((t) => t.textContent)).toEqual(['0', '0.25', '0.5', '0.75', '1']);
+  });
+
   it('copies the .chart-card rules into the image, var()s resolved, card rules left out', () => {
     const style = document.createElement('style');
     style.textContent = `

@@ -1,10 +1,12 @@
-// The Benchmark screen's state: the form (the model, its formats, the settings of a run), the run
-// in progress (a row per format from `bench-progress`, cancel), the results on show (a run, or
+// The Benchmark screen's state: the form (the model, its formats, remote engines' models to measure
+// beside them, the settings of a run), the run in progress (a row per format or remote model from
+// `bench-progress`, cancel), the results on show (a run, or
 // two compared), and the history of past runs (open, delete, compare, import, export).
 import type { Transport } from '../transport';
 import { isHttpPage, pickPaths, pickSavePath, type FileFilter } from '../transport';
 import { base64Bytes, downloadFile } from '../download';
 import { errorText } from '../errors';
+import { remotePath } from '../format';
 import type {
   AppSettings,
   BenchBackend,
@@ -63,6 +65,12 @@ export function nameForPaths(paths: string[]): string {
   return common.pop() ?? '';
 }
 
+/** A remote model's row, as the service labels it: "remote: <model> @ <host:port>". */
+export function remoteLabel(path: string): string {
+  const r = remotePath(path);
+  return r ? `remote: ${r.model} @ ${r.host}` : `remote: ${path}`;
+}
+
 /** "Qwen3 0.6B" → "qwen3-0.6b", for default file names. */
 export const slug = (s: string) => s.toLowerCase().replace(/[^a-z0-9.]+/g, '-').replace(/^-|-$/g, '') || 'bench';
 
@@ -79,6 +87,10 @@ export class BenchStore {
   /** Paths of the formats ticked for the run. */
   checked = $state<string[]>([]);
   readingFormats = $state(false);
+  /** Remote engines' models (found_models, format "remote"), to measure beside the formats. */
+  remoteModels = $state<FoundModel[]>([]);
+  /** Paths (`<url>#<model>`) of the remote models ticked for the run; none at first. */
+  checkedRemotes = $state<string[]>([]);
   promptText = $state('128,512');
   genTokens = $state<number | null>(128);
   runs = $state<number | null>(3);
@@ -89,7 +101,7 @@ export class BenchStore {
   job = $state<number | null>(null);
   running = $state(false);
   cancelling = $state(false);
-  /** One row per format of the run, in the request's order. */
+  /** One row per format of the run, then per remote model, in the request's order. */
   progress = $state<ProgressRow[]>([]);
 
   // ---- results and history ----------------------------------------------------------------------
@@ -106,17 +118,24 @@ export class BenchStore {
   promptTokens = $derived(parsePromptLengths(this.promptText));
   /** The checked formats, in the order bench_formats gave them. */
   selected = $derived(this.formats.filter((f) => this.checked.includes(f.path)));
+  /** The ticked remote models, in the order found_models gave them. */
+  selectedRemotes = $derived(this.remoteModels.filter((m) => this.checkedRemotes.includes(m.path)));
   request = $derived.by<BenchRequest | null>(() => {
     const [gen, runs, quality] = [whole(this.genTokens, 1), whole(this.runs, 1), whole(this.qualityTokens, 0)];
-    if (!this.selected.length || !this.promptTokens || gen == null || runs == null || quality == null) return null;
+    if (!this.selected.length && !this.selectedRemotes.length) return null;
+    if (!this.promptTokens || gen == null || runs == null || quality == null) return null;
+    const name = this.selected.length
+      ? nameForPaths(this.selected.map((f) => f.path))
+      : this.selectedRemotes.map((m) => m.name).join(' ');
     return {
-      model: this.model.trim() || nameForPaths(this.selected.map((f) => f.path)),
+      model: this.model.trim() || name,
       paths: this.selected.map((f) => f.path),
       backend: this.backend,
       prompt_tokens: this.promptTokens,
       gen_tokens: gen,
       runs,
       quality_tokens: quality,
+      remotes: this.selectedRemotes.map((m) => m.path),
     };
   });
   canRun = $derived(!this.running && this.request != null);
@@ -166,8 +185,13 @@ export class BenchStore {
     if (catalogue.status === 'fulfilled') this.catalogue = catalogue.value;
     else this.error = errorText(catalogue.reason);
     // The catalogue has its own list here; recent models are on disk too.
-    // Catalogue models are offered by id above; a remote engine's model has no files to measure.
-    if (found.status === 'fulfilled') this.found = found.value.filter((f) => f.source !== 'catalogue' && f.source !== 'remote');
+    // Catalogue models are offered by id above; a remote engine's model has no files, so it is
+    // offered apart, measured from its stream beside the formats (ticks kept while it is found).
+    if (found.status === 'fulfilled') {
+      this.found = found.value.filter((f) => f.source !== 'catalogue' && f.format !== 'remote');
+      this.remoteModels = found.value.filter((f) => f.format === 'remote');
+      this.checkedRemotes = this.checkedRemotes.filter((p) => this.remoteModels.some((m) => m.path === p));
+    }
   }
 
   async refreshHistory(): Promise<void> {
@@ -253,7 +277,9 @@ export class BenchStore {
     this.cancelling = false;
     this.job = null;
     this.#early = [];
-    this.progress = this.selected.map((f) => ({ label: f.label, done: 0, total: 0, phase: 'waiting' }));
+    this.progress = [...this.selected.map((f) => f.label), ...this.selectedRemotes.map((m) => remoteLabel(m.path))].map(
+      (label) => ({ label, done: 0, total: 0, phase: 'waiting' }),
+    );
     try {
       const job = await this.#t.invoke<number>('start_bench', { request });
       this.job = job;
