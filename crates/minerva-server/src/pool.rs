@@ -48,6 +48,7 @@ impl Pool {
         let loaded = self.svc.loaded();
         let mut out: Vec<Listed> = loaded
             .iter()
+            .filter(|m| m.backend != minerva_service::sources::REMOTE)
             .map(|m| Listed {
                 id: m.name.clone(),
                 object: "model",
@@ -57,7 +58,8 @@ impl Pool {
                 path: m.path.clone(),
             })
             .collect();
-        for f in self.svc.found_models_for(&self.access) {
+        // Remote engines' models are the app's to chat with, not this server's to serve.
+        for f in self.svc.local_models_for(&self.access) {
             if !out.iter().any(|l| l.id == f.name || l.path == f.path) {
                 out.push(Listed {
                     id: f.name,

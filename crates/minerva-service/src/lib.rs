@@ -163,11 +163,19 @@ impl Service {
         found
     }
 
-    /// The models a caller may see: all of [`Service::found_models`] for the app's window; for
-    /// a browser through the server, only what the server was started with and what its
-    /// allowed folders hold.
+    /// The models a caller may see: those of this machine ([`Service::local_models_for`]) and
+    /// the remote engines' models.
     pub fn found_models_for(&self, access: &commands::Access) -> Vec<library::FoundModel> {
-        let mut found = match access {
+        let mut found = self.local_models_for(access);
+        found.extend(self.remote_found());
+        found
+    }
+
+    /// The models of this machine a caller may see: all of [`Service::found_models`] for the
+    /// app's window; for a browser through the server, only what the server was started with
+    /// and what its allowed folders hold.
+    pub fn local_models_for(&self, access: &commands::Access) -> Vec<library::FoundModel> {
+        match access {
             commands::Access::Local => self.found_models(),
             commands::Access::Served { models, folders } => {
                 let places: Vec<PathBuf> = models.iter().chain(folders).cloned().collect();
@@ -176,9 +184,7 @@ impl Service {
                     .filter(|f| access.readable(&f.path).is_ok())
                     .collect()
             }
-        };
-        found.extend(self.remote_found());
-        found
+        }
     }
 
     /// The shipped catalogue extended by the user's, with a line per bad entry.
