@@ -93,21 +93,11 @@ impl Service {
     /// The remote models asked for, each with its engine's key from the app's settings. Only
     /// engines that were added: a request cannot make this machine reach any URL.
     fn bench_targets(&self, remotes: &[String]) -> Result<Vec<Target>> {
-        let engines = self.store.app_settings()?.remote_engines;
         remotes
             .iter()
             .map(|spec| {
                 let mut target = Target::parse(spec, None).map_err(ServiceError::Invalid)?;
-                let source = engines
-                    .iter()
-                    .find(|e| e.url == target.url)
-                    .ok_or_else(|| {
-                        ServiceError::Invalid(format!(
-                            "{} is not among the remote engines: add it first",
-                            target.url
-                        ))
-                    })?;
-                target.key = source.api_key.clone();
+                target.key = self.added_engine(&target.url)?.api_key;
                 Ok(target)
             })
             .collect()

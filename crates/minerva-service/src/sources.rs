@@ -117,21 +117,26 @@ impl Service {
             .collect()
     }
 
-    /// The client of an engine that was added (only those: a path cannot reach any URL).
-    fn engine(&self, url: &str) -> Result<RemoteEngine> {
-        // As it was stored: normalized (`http://host:port` → `http://host:port/v1`).
+    /// An engine that was added (only those: a path cannot reach any URL), found by its
+    /// address as it was stored: normalized (`http://host:port` → `http://host:port/v1`).
+    pub(crate) fn added_engine(&self, url: &str) -> Result<RemoteSource> {
         let normal = RemoteEngine::new(url, None).map(|e| e.url().to_string());
         let url = normal.as_deref().unwrap_or(url);
         let settings = self.store.app_settings()?;
-        let source = settings
+        settings
             .remote_engines
-            .iter()
+            .into_iter()
             .find(|r| r.url == url)
             .ok_or_else(|| {
                 ServiceError::Invalid(format!(
                     "{url} is not among the remote engines: add it first"
                 ))
-            })?;
+            })
+    }
+
+    /// The client of an engine that was added.
+    fn engine(&self, url: &str) -> Result<RemoteEngine> {
+        let source = self.added_engine(url)?;
         RemoteEngine::new(&source.url, source.api_key.as_deref()).map_err(ServiceError::from)
     }
 
