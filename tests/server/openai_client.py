@@ -26,7 +26,10 @@ from serving import Server  # noqa: E402
 
 import openai  # noqa: E402
 
-QUESTION = "What is the capital of France?"
+# SmolLM2's reply to "What is the capital of France?" starts on a near tie ("L" against "The",
+# 0.08 apart) that the CPU's 8-bit products decide for "L", as llama.cpp's do; asked this way,
+# both the f32 and the 8-bit paths say Paris.
+QUESTION = "Which city is the capital of France?"
 KEY = "test-key-1234"
 
 

@@ -3,12 +3,13 @@
 //! tools/make_smollm2_reference.py): tokenizer ids, chat template, logits, the greedy reply to
 //! "What is the capital of France?", and the same reply from converted copies.
 //!
-//! Without the model file the tests are skipped (and fail under CI). They pass `--backend cpu`:
-//! the reference is a float32 CPU run.
+//! Without the model file the tests are skipped (and fail under CI). They pass `--backend cpu`
+//! with the CPU's f32 reference products (`MINERVA_CPU_PRODUCTS=f32`): the reference is a
+//! float32 run. One test checks the default 8-bit products against the same reference.
 
 mod common;
 
-use common::minerva;
+use common::{minerva, minerva_with};
 use safetensors::SafeTensors;
 use serde_json::Value;
 use std::path::Path;
@@ -18,6 +19,16 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixture
 /// same numbers in both (Q4_1 / Q8_0 dequantize exactly); what is left is float32 summation
 /// order. transformers' own float32 run is 4.5e-5 from its float64 run.
 const LOGIT_TOL: f32 = 2e-3;
+
+/// The environment that asks for the CPU's f32 products.
+const F32: &[(&str, &str)] = &[("MINERVA_CPU_PRODUCTS", "f32")];
+
+/// Logit differences allowed for the default products, whose activations are rounded to 8 bits
+/// per block of 32 before every product (as llama.cpp's CPU path does). Measured over the
+/// reference prompt's top-32 logits (which reach about 20): at most 0.59, 0.13 on average,
+/// 0.35 for logsumexp. The bounds leave room for other processors' summation order.
+const FAST_LOGIT_TOL: f32 = 1.0;
+const FAST_LOGIT_MEAN_TOL: f32 = 0.25;
 
 fn reference() -> Value {
     let path = Path::new(FIXTURES).join("smollm2/reference.json");
@@ -52,20 +63,23 @@ fn tokenize(model: &Path, text: &str, extra: &[&str]) -> Vec<u64> {
 /// `minerva run --chat` greedy on the reference question, as JSON.
 fn greedy_chat(model: &Path) -> Value {
     let r = reference();
-    let o = minerva(&[
-        "run",
-        model.to_str().unwrap(),
-        "--chat",
-        "--prompt",
-        r["greedy"]["prompt"].as_str().unwrap(),
-        "--temp",
-        "0",
-        "--max-tokens",
-        "32",
-        "--json",
-        "--backend",
-        "cpu",
-    ]);
+    let o = minerva_with(
+        &[
+            "run",
+            model.to_str().unwrap(),
+            "--chat",
+            "--prompt",
+            r["greedy"]["prompt"].as_str().unwrap(),
+            "--temp",
+            "0",
+            "--max-tokens",
+            "32",
+            "--json",
+            "--backend",
+            "cpu",
+        ],
+        F32,
+    );
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
@@ -169,6 +183,11 @@ struct Scored {
 }
 
 fn score_against_reference(model: &Path) -> Scored {
+    score_with(model, F32)
+}
+
+/// [`score_against_reference`] with `env` for the CPU's products.
+fn score_with(model: &Path, env: &[(&str, &str)]) -> Scored {
     let r = reference();
     let prompt = ids(&r["logits"]["ids"]);
     let n = prompt.len();
@@ -176,16 +195,19 @@ fn score_against_reference(model: &Path) -> Scored {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("logits.safetensors");
     let list: Vec<String> = prompt.iter().map(u64::to_string).collect();
-    minerva(&[
-        "score",
-        model.to_str().unwrap(),
-        "--ids",
-        &list.join(","),
-        "--out",
-        out.to_str().unwrap(),
-        "--backend",
-        "cpu",
-    ]);
+    minerva_with(
+        &[
+            "score",
+            model.to_str().unwrap(),
+            "--ids",
+            &list.join(","),
+            "--out",
+            out.to_str().unwrap(),
+            "--backend",
+            "cpu",
+        ],
+        env,
+    );
     let bytes = std::fs::read(&out).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let (shape, data) = tensor(&st, "logits");
@@ -266,6 +288,44 @@ fn logits_match_transformers() {
         return;
     };
     assert_same_logits(&model);
+}
+
+/// The default products (8-bit activations): logits within the FAST bounds of transformers',
+/// and the same argmax wherever the reference's top two are further apart than twice the mean
+/// difference allowed (the prompt's flips are at margins of 0.02–0.11).
+#[test]
+fn fast_products_stay_near_transformers() {
+    let Some(model) = common::smollm2() else {
+        return;
+    };
+    let s = score_with(&model, &[]);
+    assert!(
+        s.top_max < FAST_LOGIT_TOL,
+        "top-k logits differ by {}",
+        s.top_max
+    );
+    assert!(
+        s.top_mean < FAST_LOGIT_MEAN_TOL,
+        "top-k logits differ by {} on average",
+        s.top_mean
+    );
+    assert!(
+        s.lse_max < FAST_LOGIT_TOL,
+        "logsumexp differs by {}",
+        s.lse_max
+    );
+    let rb = std::fs::read(Path::new(FIXTURES).join("smollm2/reference.safetensors")).unwrap();
+    let rs = SafeTensors::deserialize(&rb).unwrap();
+    let (shape, top) = tensor(&rs, "top_logits");
+    let (top, k) = (f32s(top), shape[1]);
+    for &p in &s.argmax_differs {
+        let margin = top[p * k] - top[p * k + 1];
+        eprintln!("argmax differs at position {p}: reference margin {margin}");
+        assert!(
+            margin < 2.0 * FAST_LOGIT_MEAN_TOL,
+            "argmax differs at position {p}, whose reference margin is {margin}"
+        );
+    }
 }
 
 #[test]

@@ -211,6 +211,13 @@ pub trait Backend: Send {
         false
     }
 
+    /// The thread pool whose threads run the backend's ops, where it has one: the model runs
+    /// each step on it, so that the op's work is shared with threads that are still awake
+    /// from the last op instead of being handed over from the caller's thread each time.
+    fn thread_pool(&self) -> Option<std::sync::Arc<rayon::ThreadPool>> {
+        None
+    }
+
     /// Uploads a tensor as stored (every dtype of `minerva_formats::DType` that the backend
     /// can decode; an error names the tensor otherwise).
     fn upload(&mut self, view: &TensorView) -> Result<WeightId>;

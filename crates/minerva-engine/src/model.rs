@@ -286,12 +286,20 @@ impl Model {
     /// Runs `ids` through the model after the cache's tokens; the last token's logits stay
     /// in the backend for [`Model::argmax`], [`Model::top_k`] and [`Model::last_logits`].
     pub fn prefill(&mut self, cache: &mut KvCache, ids: &[u32]) -> Result<()> {
-        self.forward(cache, ids, Logits::Last).map(|_| ())
+        self.on_backend(|m| m.forward(cache, ids, Logits::Last).map(|_| ()))
+    }
+
+    /// Runs `f` on the backend's thread pool where it has one (see `Backend::thread_pool`).
+    fn on_backend<R: Send>(&mut self, f: impl FnOnce(&mut Self) -> R + Send) -> R {
+        match self.backend.thread_pool() {
+            Some(pool) => pool.install(|| f(self)),
+            None => f(self),
+        }
     }
 
     /// Runs `ids` after the cache's tokens and returns every token's logits, `[n, vocab]`.
     pub fn score(&mut self, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>> {
-        self.forward(cache, ids, Logits::All)
+        self.on_backend(|m| m.forward(cache, ids, Logits::All))
     }
 
     /// Greedy choice from the last step's logits.
@@ -310,7 +318,7 @@ impl Model {
     /// the next choice. The cache holds [`UNREAD`] for it until [`Model::read_choice`].
     pub fn decode_choice(&mut self, cache: &mut KvCache, choice: Choice) -> Result<()> {
         self.check_room(cache, 1)?;
-        self.step(cache, Input::Chosen(choice))?;
+        self.on_backend(|m| m.step(cache, Input::Chosen(choice)))?;
         let id = match choice {
             Choice::Known(id) => id,
             Choice::OnDevice(_) => {
@@ -319,7 +327,7 @@ impl Model {
             }
         };
         cache.tokens.push(id);
-        self.last_row_logits(1)
+        self.on_backend(|m| m.last_row_logits(1))
     }
 
     /// The id of a choice (waiting for the step that made it), written into the cache where a

@@ -1,9 +1,10 @@
 //! Golden tests: every fixture model run on the CPU backend against the reference logits and
-//! greedy continuations computed by transformers over the same (dequantized) weights.
+//! greedy continuations computed by transformers over the same (dequantized) weights, with
+//! the f32 reference products (within `TOL`) and the default 8-bit ones (within `FAST_TOL`).
 
 mod golden_common;
 
-use golden_common::{check_on, prefill_agrees_with_decoding, TOL};
+use golden_common::{check_on, prefill_agrees_with_decoding, FAST_TOL, FAST_TOL_MOE, TOL};
 use minerva_engine::model::DEFAULT_MAX_BATCH;
 use minerva_engine::CpuBackend;
 use minerva_formats::RopeScaling;
@@ -12,12 +13,23 @@ fn check(fixture: &str, max_batch: usize) {
     check_with(fixture, max_batch, |_| {});
 }
 
-fn check_with(
-    fixture: &str,
-    max_batch: usize,
-    adjust: impl FnOnce(&mut minerva_formats::ModelSpec),
-) {
-    check_on(Box::new(CpuBackend::new()), fixture, max_batch, TOL, adjust);
+fn check_with(fixture: &str, max_batch: usize, adjust: impl Fn(&mut minerva_formats::ModelSpec)) {
+    check_on(
+        Box::new(CpuBackend::reference()),
+        fixture,
+        max_batch,
+        TOL,
+        &adjust,
+    );
+    let moe = fixture.starts_with("mixtral") || fixture.starts_with("gpt_oss");
+    let fast_tol = if moe { FAST_TOL_MOE } else { FAST_TOL };
+    check_on(
+        Box::new(CpuBackend::new()),
+        fixture,
+        max_batch,
+        fast_tol,
+        &adjust,
+    );
 }
 
 #[test]
@@ -108,5 +120,6 @@ fn gpt_oss_f32_yarn_truncated() {
 /// the calling thread: both must give the same logits.
 #[test]
 fn long_prefill_agrees_with_token_by_token_decoding() {
+    prefill_agrees_with_decoding(|| Box::new(CpuBackend::reference()), 1e-4);
     prefill_agrees_with_decoding(|| Box::new(CpuBackend::new()), 1e-4);
 }

@@ -153,7 +153,7 @@ fn greedy_choices_stay_on_the_device_until_read() {
     assert_eq!(cache.tokens().last(), Some(&a));
 
     // The same two tokens chosen one synchronous step at a time on the CPU.
-    let mut cpu = llama(Box::new(CpuBackend::new()));
+    let mut cpu = llama(Box::new(CpuBackend::reference()));
     let mut c = cpu.new_cache(64).unwrap();
     cpu.prefill(&mut c, &PROMPT).unwrap();
     let a_cpu = cpu.argmax().unwrap();
@@ -167,7 +167,8 @@ fn pipelined_greedy_turns_end_like_synchronous_ones() {
         kv_f32: true,
         ..Default::default()
     };
-    let cpu_session = |ctx| Session::new(llama(Box::new(CpuBackend::new())), ctx, 0.0).unwrap();
+    let cpu_session =
+        |ctx| Session::new(llama(Box::new(CpuBackend::reference())), ctx, 0.0).unwrap();
     let Some(b) = backend_with(&exact) else {
         return;
     };

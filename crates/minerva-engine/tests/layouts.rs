@@ -62,7 +62,7 @@ fn logits_of(tensors: &Tensors, config: &serde_json::Value, ids: &[u32]) -> Vec<
         let mut cache = model.new_cache(ids.len()).unwrap();
         model.score(&mut cache, ids).unwrap()
     };
-    let cpu = run(Box::new(CpuBackend::new()));
+    let cpu = run(Box::new(CpuBackend::reference()));
     match GpuBackend::new(&GpuOptions {
         kv_f32: true,
         ..Default::default()

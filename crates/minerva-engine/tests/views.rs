@@ -58,7 +58,7 @@ fn interleaved_mxfp4_rows() {
         .unwrap();
     assert_eq!(view.shape, [2, 128, 256]);
     let dense = dequantize(&view).unwrap();
-    let mut b = CpuBackend::new();
+    let mut b = CpuBackend::reference();
     let w = b.upload(&view).unwrap();
     let n = 3;
     let x = inputs(n, 256);
@@ -94,7 +94,7 @@ fn input_major_strided_columns_with_bias() {
         .map(|i| ((i * 13 % 29) as f32 - 14.0) / 10.0)
         .collect();
     let bias: Vec<f32> = (0..2 * 5).map(|i| i as f32 * 0.5).collect();
-    let mut b = CpuBackend::new();
+    let mut b = CpuBackend::reference();
     let w = b.upload_f32("w", &[2, k, cols], &stored).unwrap();
     let bw = b.upload_f32("b", &[2, 5], &bias).unwrap();
     let x = inputs(n, k);
@@ -135,7 +135,7 @@ fn input_major_strided_columns_with_bias() {
 /// A view that reaches past its tensor is refused, not read out of bounds.
 #[test]
 fn views_outside_the_tensor_are_errors() {
-    let mut b = CpuBackend::new();
+    let mut b = CpuBackend::reference();
     let w = b.upload_f32("w", &[4, 8], &[0.5; 32]).unwrap();
     let x = b.alloc(1, 8).unwrap();
     let o = b.alloc(1, 3).unwrap();

@@ -39,8 +39,14 @@ pub fn smollm2() -> Option<PathBuf> {
 
 /// Runs `minerva` with `args`; it must succeed (the failure shows its stderr).
 pub fn minerva(args: &[&str]) -> Output {
+    minerva_with(args, &[])
+}
+
+/// [`minerva`] with variables added to its environment.
+pub fn minerva_with(args: &[&str], env: &[(&str, &str)]) -> Output {
     let o = Command::new(env!("CARGO_BIN_EXE_minerva"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(

@@ -1,11 +1,14 @@
-//! Matrix products against stored weights: rows are dequantized block by block as they are
-//! read (`dequantize_rows`), never the whole tensor, and output rows are spread over the
-//! cores with rayon.
+//! Matrix products against stored weights. The fast path multiplies the stored blocks in
+//! integers (`quant`); the reference path, the oracle every fast kernel is tested against,
+//! dequantizes rows to f32 block by block as they are read (never the whole tensor). Output
+//! rows are spread over the cores with rayon.
 
 use crate::backend::{Linear, MatView, VecRef};
-use crate::cpu::map_tasks;
+use crate::cpu::quant::{self, QuantX};
+use crate::cpu::{map_tasks, PARALLEL_WORK};
 use crate::error::{EngineError, Result};
 use minerva_formats::{dequantize_rows, TensorView};
+use rayon::prelude::*;
 
 /// Output rows decoded per task: enough work per task, a small buffer per task.
 const ROWS_PER_TASK: usize = 16;
@@ -68,7 +71,17 @@ pub fn read_vec(view: &TensorView, v: &VecRef) -> Result<Vec<f32>> {
     Ok(out)
 }
 
+/// Buffers the fast products reuse from one call to the next: the quantized activations and
+/// the products in row order before they are laid out by token.
+#[derive(Default)]
+pub struct Scratch {
+    x: QuantX,
+    by_row: Vec<f32>,
+}
+
 /// `out[t, j] = Σ_i x[t, i] · W[j, i] + b[j]` for `n` tokens; `x` is `[n, in]`, `out` `[n, out]`.
+/// With `scratch`, block types that have an integer kernel take the fast path; without, or
+/// for float weights, the f32 reference path.
 pub fn linear(
     x: &[f32],
     n: usize,
@@ -76,13 +89,22 @@ pub fn linear(
     lin: &Linear,
     bias: Option<&TensorView>,
     out: &mut [f32],
+    scratch: Option<&mut Scratch>,
 ) -> Result<()> {
     let m = &lin.w;
     let (rows, row_len) = check(w, m)?;
     let (in_dim, out_dim) = (m.in_dim, m.out_dim);
     let x = &x[..n * in_dim];
     let out = &mut out[..n * out_dim];
-    if m.input_major {
+    let fast = scratch
+        .filter(|_| !m.input_major && in_dim.is_multiple_of(32))
+        .and_then(|s| {
+            let rows = quant::Rows::new(w, m.matrix * rows + m.offset, m.stride)?;
+            Some((s, quant::kernel(w.dtype)?, rows))
+        });
+    if let Some((scratch, kernel, rows)) = fast {
+        products(kernel, &rows, x, n, in_dim, out_dim, scratch, out);
+    } else if m.input_major {
         input_major(x, n, w, m, rows, row_len, out)?;
     } else {
         let base = m.matrix * rows;
@@ -127,6 +149,53 @@ pub fn linear(
         }
     }
     Ok(())
+}
+
+/// Output rows per task: a few tasks per thread, so uneven ones even out.
+fn rows_per_task(out_dim: usize) -> usize {
+    (out_dim / (8 * rayon::current_num_threads().max(1))).max(1)
+}
+
+/// The integer products over output rows, on the thread pool when the work is worth it.
+#[allow(clippy::too_many_arguments)]
+fn products(
+    kernel: quant::Kernel,
+    rows: &quant::Rows,
+    x: &[f32],
+    n: usize,
+    in_dim: usize,
+    out_dim: usize,
+    scratch: &mut Scratch,
+    out: &mut [f32],
+) {
+    scratch.x.quantize(x, n, in_dim);
+    let per = rows_per_task(out_dim);
+    let xq = &scratch.x;
+    let run = |(i, o): (usize, &mut [f32])| {
+        let j0 = i * per;
+        kernel(rows, j0..j0 + o.len() / n, xq, o)
+    };
+    let parallel = n * out_dim * in_dim >= PARALLEL_WORK;
+    // One token's products are already in output order; several are computed by row and
+    // then laid out by token.
+    let dst = if n == 1 {
+        &mut out[..]
+    } else {
+        scratch.by_row.resize(n * out_dim, 0.0);
+        &mut scratch.by_row[..]
+    };
+    if parallel {
+        dst.par_chunks_mut(per * n).enumerate().for_each(run);
+    } else {
+        dst.chunks_mut(per * n).enumerate().for_each(run);
+    }
+    if n > 1 {
+        for (j, r) in scratch.by_row.chunks_exact(n).enumerate() {
+            for (t, v) in r.iter().enumerate() {
+                out[t * out_dim + j] = *v;
+            }
+        }
+    }
 }
 
 /// The `[in, out]` case: stored rows are inputs, so each task takes a range of inputs and

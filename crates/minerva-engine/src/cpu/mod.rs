@@ -1,10 +1,13 @@
-//! The CPU backend: plain f32 arithmetic over weights kept as stored and dequantized row
-//! block by row block as they are read. It is the reference the GPU backend is checked
-//! against, so it favours the obvious over the clever; rayon spreads output rows over cores.
+//! The CPU backend over weights kept as stored. [`CpuBackend::new`] multiplies quantized
+//! blocks in integers against 8-bit activations (`quant`); [`CpuBackend::reference`] keeps
+//! the plain f32 arithmetic (rows dequantized block by block as they are read), the oracle
+//! the fast kernels and the GPU backend are checked against. Rayon spreads output rows over
+//! the cores.
 
 mod attention;
 mod matmul;
 mod moe;
+pub mod quant;
 
 pub use matmul::dot;
 pub use moe::route;
@@ -81,9 +84,10 @@ impl Stored {
     }
 }
 
-/// The uploaded weights.
+/// The uploaded weights, and the fast products' scratch (None on the reference path).
 pub struct Weights {
     list: Vec<Stored>,
+    fast: Option<std::sync::Mutex<matmul::Scratch>>,
 }
 
 impl Weights {
@@ -102,7 +106,12 @@ impl Weights {
     pub fn linear(&self, x: &[f32], n: usize, lin: &Linear, out: &mut [f32]) -> Result<()> {
         let w = self.get(lin.w.weight)?;
         let b = lin.bias.map(|b| self.get(b.weight)).transpose()?;
-        matmul::linear(x, n, &w, lin, b.as_ref(), out)
+        // The lock is never contended: one backend runs one op at a time.
+        let mut scratch = self
+            .fast
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        matmul::linear(x, n, &w, lin, b.as_ref(), out, scratch.as_deref_mut())
     }
 }
 
@@ -116,6 +125,9 @@ pub struct CpuBackend {
     weights: Weights,
     bufs: Vec<Buf>,
     kvs: Vec<Option<KvStore>>,
+    /// Its own threads (RAYON_NUM_THREADS, else one per core), on which the model runs its
+    /// steps; None where the system would not start them (the global pool then serves).
+    pool: Option<std::sync::Arc<rayon::ThreadPool>>,
 }
 
 impl Default for CpuBackend {
@@ -125,11 +137,31 @@ impl Default for CpuBackend {
 }
 
 impl CpuBackend {
+    /// The fast backend: integer products on the stored blocks. `MINERVA_CPU_PRODUCTS=f32` in
+    /// the environment gives the reference arithmetic instead, for comparisons with float32
+    /// runs of other engines (as `MINERVA_GPU_MATRIX_CORES=0` does on the GPU).
     pub fn new() -> CpuBackend {
+        Self::with_products(std::env::var("MINERVA_CPU_PRODUCTS").map_or(true, |v| v != "f32"))
+    }
+
+    /// The reference backend: every product in f32 over dequantized rows.
+    pub fn reference() -> CpuBackend {
+        Self::with_products(false)
+    }
+
+    fn with_products(fast: bool) -> CpuBackend {
         CpuBackend {
-            weights: Weights { list: Vec::new() },
+            weights: Weights {
+                list: Vec::new(),
+                fast: fast.then(Default::default),
+            },
             bufs: Vec::new(),
             kvs: Vec::new(),
+            pool: rayon::ThreadPoolBuilder::new()
+                .thread_name(|i| format!("minerva-cpu-{i}"))
+                .build()
+                .ok()
+                .map(std::sync::Arc::new),
         }
     }
 
@@ -203,6 +235,10 @@ pub fn glu_into(gate: &mut [f32], up: &[f32], act: Activation) {
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         "cpu".to_string()
+    }
+
+    fn thread_pool(&self) -> Option<std::sync::Arc<rayon::ThreadPool>> {
+        self.pool.clone()
     }
 
     fn upload(&mut self, view: &TensorView) -> Result<WeightId> {

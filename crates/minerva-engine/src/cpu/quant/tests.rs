@@ -1,0 +1,260 @@
+//! Every integer kernel against the f32 reference path: random blocks of each stored type
+//! (random bytes with sane scales, so every bit pattern of the values occurs), random
+//! activations, row counts and token counts that are not multiples of the task or tile sizes,
+//! and strided views. The bound is what 8-bit activations can cost, computed per output.
+
+use super::super::matmul::{linear, Scratch};
+use super::{kernel, portable_kernel};
+use crate::backend::{Linear, MatView, WeightId};
+use half::{bf16, f16};
+use minerva_formats::{dequantize, DType, TensorData, TensorView};
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Byte offsets of a ggml block's f16 scale fields, which random bytes must not make NaN.
+fn f16_fields(dtype: DType) -> &'static [usize] {
+    match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q2_K => &[80, 82],
+        DType::Q3_K => &[108],
+        DType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// `rows × len` random blocks of a ggml type.
+fn ggml_blocks(rng: &mut Rng, dtype: DType, rows: usize, len: usize) -> Vec<u8> {
+    let bytes = dtype.row_bytes(len).unwrap() * rows;
+    let mut b = rng.bytes(bytes);
+    for blk in b.chunks_exact_mut(dtype.block_bytes()) {
+        for &at in f16_fields(dtype) {
+            let v = f16::from_f32(0.01 + 0.05 * rng.unit().abs());
+            blk[at..at + 2].copy_from_slice(&v.to_le_bytes());
+        }
+        if dtype == DType::MXFP4 {
+            blk[0] = 120 + (rng.next() % 10) as u8;
+        }
+    }
+    b
+}
+
+/// How far `fast` is from `exact`, in two measures (each ≤ 1 passes). Each activation moves by
+/// at most half its block's step, h = amax / 254: (a) the largest difference over its bound
+/// Σ h·|w|; (b) the root mean square of the differences over their expected spread,
+/// sqrt(Σ (h·w)² / 3) for errors spread evenly over ±h, divided by 1.5. Both allow f32
+/// rounding (1e-5 of Σ|w·x|). (b) is the tight one: an error in one weight value per block
+/// stays inside (a) but not (b).
+fn worst(
+    x: &[f32],
+    n: usize,
+    w: &[f32],
+    out_dim: usize,
+    fast: &[f32],
+    exact: &[f32],
+) -> (f32, f32) {
+    let len = w.len() / out_dim;
+    let (mut worst, mut z2) = (0f32, 0f32);
+    for t in 0..n {
+        let xt = &x[t * len..(t + 1) * len];
+        for j in 0..out_dim {
+            let wj = &w[j * len..(j + 1) * len];
+            let (mut bound, mut var, mut mag) = (0f32, 0f32, 0f32);
+            for (xb, wb) in xt.chunks(32).zip(wj.chunks(32)) {
+                let h = xb.iter().fold(0f32, |m, v| m.max(v.abs())) / 254.0;
+                bound += h * wb.iter().map(|v| v.abs()).sum::<f32>();
+                var += h * h * wb.iter().map(|v| v * v).sum::<f32>() / 3.0;
+                mag += xb.iter().zip(wb).map(|(a, b)| (a * b).abs()).sum::<f32>();
+            }
+            let d = (fast[t * out_dim + j] - exact[t * out_dim + j]).abs();
+            let slack = 1e-5 * mag + 1e-6;
+            worst = worst.max(d / (bound + slack));
+            z2 += (d / (var.sqrt() + slack)).powi(2);
+        }
+    }
+    (worst, (z2 / (n * out_dim) as f32).sqrt() / 1.5)
+}
+
+fn lin(stored_rows: usize, in_dim: usize, offset: usize, stride: usize, matrix: usize) -> Linear {
+    let out_dim = (stored_rows - offset).div_ceil(stride);
+    Linear {
+        w: MatView {
+            weight: WeightId(0),
+            matrix,
+            input_major: false,
+            offset,
+            stride,
+            out_dim,
+            in_dim,
+        },
+        bias: None,
+    }
+}
+
+/// Runs the fast and reference products of `view` for several token counts and views, and
+/// the portable kernel against the dispatched one.
+fn check(view: &TensorView, what: &str) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (rows, len) = (view.shape[view.shape.len() - 2], view.row_len());
+    let matrices = view.rows() / rows;
+    let dense = dequantize(view).unwrap();
+    let fast = kernel(view.dtype).expect("a fast kernel");
+    let slow = portable_kernel(view.dtype).unwrap();
+    for (n, offset, stride) in [(1, 0, 1), (3, 1, 2), (11, 0, 1), (17, 2, 3)] {
+        let l = lin(rows, len, offset, stride, matrices - 1);
+        let x: Vec<f32> = (0..n * len).map(|_| rng.unit() * 3.0).collect();
+        let out_dim = l.w.out_dim;
+        let mut exact = vec![0f32; n * out_dim];
+        let mut got = vec![0f32; n * out_dim];
+        linear(&x, n, view, &l, None, &mut exact, None).unwrap();
+        linear(
+            &x,
+            n,
+            view,
+            &l,
+            None,
+            &mut got,
+            Some(&mut Scratch::default()),
+        )
+        .unwrap();
+        let base = (matrices - 1) * rows;
+        let w: Vec<f32> = (0..out_dim)
+            .flat_map(|j| {
+                let r = base + offset + j * stride;
+                dense[r * len..(r + 1) * len].to_vec()
+            })
+            .collect();
+        let (max, rms) = worst(&x, n, &w, out_dim, &got, &exact);
+        let case = format!("{what}, {n} tokens, offset {offset} stride {stride}");
+        assert!(max <= 1.0, "{case}: largest error {max}× its bound");
+        assert!(rms <= 1.0, "{case}: errors spread {rms}× the expected");
+
+        let rs = super::Rows::new(view, base + offset, stride).unwrap();
+        let mut xq = super::QuantX::default();
+        xq.quantize(&x, n, len);
+        let (mut a, mut b) = (vec![0f32; n * out_dim], vec![0f32; n * out_dim]);
+        fast(&rs, 0..out_dim, &xq, &mut a);
+        slow(&rs, 0..out_dim, &xq, &mut b);
+        for (p, q) in a.iter().zip(&b) {
+            assert!(
+                (p - q).abs() <= 1e-4 * (1.0 + q.abs()),
+                "{what}: dispatched {p} vs portable {q}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ggml_block_types_match_the_reference() {
+    let mut rng = Rng(7);
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::MXFP4,
+    ] {
+        // 29 rows per matrix, two matrices; rows of three blocks (K types) or seven.
+        let len = if dtype.block_elems() == 256 { 768 } else { 224 };
+        let bytes = ggml_blocks(&mut rng, dtype, 58, len);
+        let view = TensorView {
+            name: "w",
+            shape: vec![2, 29, len],
+            dtype,
+            data: TensorData::Plain(&bytes),
+        };
+        check(&view, &dtype.name());
+    }
+}
+
+#[test]
+fn mlx_affine_packs_match_the_reference() {
+    let mut rng = Rng(11);
+    let (rows, len) = (29, 256);
+    for (bits, group, scale_dtype) in [
+        (4, 64, DType::BF16),
+        (8, 32, DType::F16),
+        (3, 64, DType::BF16),
+        (6, 128, DType::F32),
+        (2, 32, DType::BF16),
+    ] {
+        let weight = rng.bytes(rows * len * bits / 8);
+        let groups = rows * len / group;
+        let scalar = |v: f32| -> Vec<u8> {
+            match scale_dtype {
+                DType::BF16 => bf16::from_f32(v).to_le_bytes().to_vec(),
+                DType::F16 => f16::from_f32(v).to_le_bytes().to_vec(),
+                _ => v.to_le_bytes().to_vec(),
+            }
+        };
+        let scales: Vec<u8> = (0..groups)
+            .flat_map(|_| scalar(0.02 * rng.unit()))
+            .collect();
+        let biases: Vec<u8> = (0..groups).flat_map(|_| scalar(0.1 * rng.unit())).collect();
+        let view = TensorView {
+            name: "w",
+            shape: vec![rows, len],
+            dtype: DType::MlxAffine {
+                bits: bits as u8,
+                group: group as u16,
+            },
+            data: TensorData::MlxAffine {
+                weight: &weight,
+                scales: &scales,
+                biases: &biases,
+                scale_dtype,
+            },
+        };
+        check(&view, &format!("mlx affine {bits}-bit, groups of {group}"));
+    }
+}
+
+#[test]
+fn mxfp4_packs_match_the_reference() {
+    let mut rng = Rng(13);
+    let (rows, len) = (2 * 29, 224);
+    let blocks = rng.bytes(rows * len / 2);
+    let scales: Vec<u8> = (0..rows * len / 32)
+        .map(|_| 118 + (rng.next() % 12) as u8)
+        .collect();
+    let hf = TensorView {
+        name: "w",
+        shape: vec![2, 29, len],
+        dtype: DType::HfMxfp4,
+        data: TensorData::HfMxfp4 {
+            blocks: &blocks,
+            scales: &scales,
+        },
+    };
+    check(&hf, "gpt-oss mxfp4");
+    let mlx = TensorView {
+        dtype: DType::MlxMxfp4,
+        data: TensorData::MlxMxfp4 {
+            weight: &blocks,
+            scales: &scales,
+        },
+        ..hf.clone()
+    };
+    check(&mlx, "mlx mxfp4");
+}
