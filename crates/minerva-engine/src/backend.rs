@@ -218,6 +218,10 @@ pub trait Backend: Send {
         None
     }
 
+    /// The checkpoint's mapped files, told before the uploads: a backend that reads weights
+    /// in place keeps them and holds views into them instead of copies.
+    fn share_mappings(&mut self, _maps: &[minerva_formats::Mapping]) {}
+
     /// Uploads a tensor as stored (every dtype of `minerva_formats::DType` that the backend
     /// can decode; an error names the tensor otherwise).
     fn upload(&mut self, view: &TensorView) -> Result<WeightId>;

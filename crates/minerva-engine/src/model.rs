@@ -146,6 +146,7 @@ impl Model {
             model: ckpt.main_path().display().to_string(),
             what,
         })?;
+        backend.share_mappings(ckpt.mappings());
         let weights = load_weights(ckpt, &spec, backend.as_mut(), progress)?;
         Self::assemble(spec, weights, backend, max_batch)
     }

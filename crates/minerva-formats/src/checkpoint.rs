@@ -76,7 +76,7 @@ pub struct Checkpoint {
     pub metadata: Metadata,
     /// config.json (SafeTensors and MLX folders).
     pub config: Option<serde_json::Value>,
-    maps: Vec<Mmap>,
+    maps: Vec<Mapping>,
     entries: Vec<TensorEntry>,
     index: HashMap<String, usize>,
 }
@@ -91,6 +91,10 @@ impl std::fmt::Debug for Checkpoint {
             .finish()
     }
 }
+
+/// A mapped model file, shared by the checkpoint and the backends that read weights from it in
+/// place (the CPU's), so that the file's pages are held once.
+pub type Mapping = std::sync::Arc<Mmap>;
 
 /// Maps a file read-only. Empty files cannot be mapped and hold no model anyway.
 pub fn map_file(path: &Path) -> Result<Mmap> {
@@ -115,6 +119,11 @@ fn expected_plain_bytes(dtype: DType, shape: &[usize]) -> Option<usize> {
 }
 
 impl Checkpoint {
+    /// The mapped files, which views borrow from.
+    pub fn mappings(&self) -> &[Mapping] {
+        &self.maps
+    }
+
     /// Builds a checkpoint from a reader's findings, checking every entry against the files:
     /// spans inside their file, sizes matching shape and dtype, no two tensors overlapping.
     pub fn from_parts(
@@ -232,7 +241,7 @@ impl Checkpoint {
             files,
             metadata,
             config,
-            maps,
+            maps: maps.into_iter().map(Mapping::new).collect(),
             entries,
             index,
         })

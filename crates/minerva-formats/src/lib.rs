@@ -20,7 +20,7 @@ pub mod synth;
 pub mod tensor;
 pub mod write;
 
-pub use checkpoint::{Checkpoint, Format, ModelFile};
+pub use checkpoint::{Checkpoint, Format, Mapping, ModelFile};
 pub use dequant::{dequantize, dequantize_rows};
 pub use dtype::DType;
 pub use error::{FormatError, Result};

@@ -1,10 +1,55 @@
-//! Causal attention over a per-layer KV cache, with GQA, sliding windows and sinks.
+//! Causal attention over a per-layer KV cache, with GQA, sliding windows and sinks. Heads
+//! (and tokens) are spread over the cores.
 
 use crate::backend::{AttnParams, KvSpec};
 use crate::cpu::matmul::dot;
 use crate::cpu::PARALLEL_WORK;
 use crate::error::{EngineError, Result};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
+
+/// Cached keys or values: f16 on the fast path (half the memory; llama.cpp's default too),
+/// f32 on the reference one.
+enum Cached {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Cached {
+    /// `n` zeros, or None where the memory cannot hold them.
+    fn zeroed(n: usize, half: bool) -> Option<Cached> {
+        fn zeros<T: Clone>(n: usize, zero: T) -> Option<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).ok()?;
+            v.resize(n, zero);
+            Some(v)
+        }
+        Some(if half {
+            Cached::F16(zeros(n, f16::ZERO)?)
+        } else {
+            Cached::F32(zeros(n, 0.0)?)
+        })
+    }
+
+    fn write(&mut self, at: usize, src: &[f32]) {
+        match self {
+            Cached::F32(c) => c[at..at + src.len()].copy_from_slice(src),
+            Cached::F16(c) => c[at..at + src.len()].convert_from_f32_slice(src),
+        }
+    }
+
+    /// `len` values from `at` as f32: in place, or converted into `buf`.
+    fn read<'a>(&'a self, at: usize, buf: &'a mut [f32]) -> &'a [f32] {
+        match self {
+            Cached::F32(c) => &c[at..at + buf.len()],
+            Cached::F16(c) => {
+                c[at..at + buf.len()].convert_to_f32_slice(buf);
+                buf
+            }
+        }
+    }
+}
 
 /// One layer's keys and values, `[cap, n_kv_heads · head_dim]` each. Position p lives in slot
 /// p mod cap: a full layer holds the whole context, a sliding-window layer a ring that still
@@ -12,26 +57,20 @@ use rayon::prelude::*;
 pub struct KvStore {
     cap: usize,
     width: usize,
-    k: Vec<f32>,
-    v: Vec<f32>,
+    k: Cached,
+    v: Cached,
 }
 
 impl KvStore {
-    /// A zeroed cache of `spec.ctx` positions (or its window); a size the memory cannot hold
-    /// is an error, not an abort.
-    pub fn new(spec: &KvSpec) -> Result<KvStore> {
+    /// A zeroed cache of `spec.ctx` positions (or its window), in f16 where `half`; a size the
+    /// memory cannot hold is an error, not an abort.
+    pub fn new(spec: &KvSpec, half: bool) -> Result<KvStore> {
         let cap = match spec.window {
             Some(w) => spec.ctx.min(w.saturating_add(spec.max_batch.max(1) - 1)),
             None => spec.ctx,
         };
         let width = spec.n_kv_heads * spec.head_dim;
-        let zeroed = || -> Option<Vec<f32>> {
-            let n = cap.checked_mul(width)?;
-            let mut v = Vec::new();
-            v.try_reserve_exact(n).ok()?;
-            v.resize(n, 0.0);
-            Some(v)
-        };
+        let zeroed = || Cached::zeroed(cap.checked_mul(width)?, half);
         let (Some(k), Some(v)) = (zeroed(), zeroed()) else {
             return Err(EngineError::Invalid(format!(
                 "not enough memory for a KV cache of {cap} tokens × {width} values per layer"
@@ -53,8 +92,8 @@ impl KvStore {
         let (hd, w) = (p.head_dim, self.width);
         for t in 0..p.n {
             let slot = (p.pos + t) % self.cap;
-            self.k[slot * w..(slot + 1) * w].copy_from_slice(&k[t * w..(t + 1) * w]);
-            self.v[slot * w..(slot + 1) * w].copy_from_slice(&v[t * w..(t + 1) * w]);
+            self.k.write(slot * w, &k[t * w..(t + 1) * w]);
+            self.v.write(slot * w, &v[t * w..(t + 1) * w]);
         }
         let group = p.n_heads / p.n_kv_heads.max(1);
         let q_width = p.n_heads * hd;
@@ -66,11 +105,9 @@ impl KvStore {
             let pos = p.pos + t;
             let first = p.window.map_or(0, |win| (pos + 1).saturating_sub(win));
             let qh = &q[t * q_width + h * hd..t * q_width + (h + 1) * hd];
+            let mut buf = vec![0f32; hd];
             let scores: Vec<f32> = (first..=pos)
-                .map(|j| {
-                    let s = (j % cap) * w + kvh * hd;
-                    dot(qh, &kc[s..s + hd]) * p.scale
-                })
+                .map(|j| dot(qh, kc.read((j % cap) * w + kvh * hd, &mut buf)) * p.scale)
                 .collect();
             let sink = sinks.map(|s| s[h]);
             let max = scores
@@ -82,9 +119,8 @@ impl KvStore {
             let denom = exps.iter().sum::<f32>() + sink.map_or(0.0, |s| (s - max).exp());
             o.fill(0.0);
             for (j, e) in (first..=pos).zip(&exps) {
-                let s = (j % cap) * w + kvh * hd;
                 let wgt = e / denom;
-                for (oo, vv) in o.iter_mut().zip(&vc[s..s + hd]) {
+                for (oo, vv) in o.iter_mut().zip(vc.read((j % cap) * w + kvh * hd, &mut buf)) {
                     *oo += wgt * vv;
                 }
             }

@@ -17,7 +17,9 @@ use crate::backend::{
 };
 use crate::error::{EngineError, Result};
 use attention::KvStore;
-use minerva_formats::{dequantize_rows, Activation, DType, RopeStyle, TensorData, TensorView};
+use minerva_formats::{
+    dequantize_rows, Activation, DType, Mapping, RopeStyle, TensorData, TensorView,
+};
 
 /// Below this many multiply-adds an op runs on the calling thread: handing small work to the
 /// thread pool costs more than it saves.
@@ -37,13 +39,33 @@ pub(crate) fn map_tasks<T: Send>(
     }
 }
 
-/// A weight's bytes as stored (copied out of the memory map, so the backend owns them).
+/// A weight buffer: in place in a mapped file, or owned (made on the CPU, or from a source
+/// outside the shared mappings).
+enum Bytes {
+    Mapped {
+        map: Mapping,
+        range: std::ops::Range<usize>,
+    },
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped { map, range } => &map[range.clone()],
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A weight's bytes as stored, never widened.
 struct Stored {
     name: String,
     shape: Vec<usize>,
     dtype: DType,
     /// The buffers of `TensorData`, in its field order.
-    bufs: Vec<Vec<u8>>,
+    bufs: Vec<Bytes>,
     kind: Kind,
 }
 
@@ -84,9 +106,11 @@ impl Stored {
     }
 }
 
-/// The uploaded weights, and the fast products' scratch (None on the reference path).
+/// The uploaded weights, the files they lie in, and the fast products' scratch (None on the
+/// reference path).
 pub struct Weights {
     list: Vec<Stored>,
+    maps: Vec<Mapping>,
     fast: Option<std::sync::Mutex<matmul::Scratch>>,
 }
 
@@ -96,6 +120,22 @@ impl Weights {
             .get(id.0 as usize)
             .map(Stored::view)
             .ok_or_else(|| EngineError::Backend(format!("unknown weight handle {}", id.0)))
+    }
+
+    /// `b` in place where it lies inside a shared mapping, else a copy.
+    fn keep(&self, b: &[u8]) -> Bytes {
+        let (start, end) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
+        for map in &self.maps {
+            let base = map.as_ptr() as usize;
+            if start >= base && end <= base + map.len() {
+                let range = start - base..end - base;
+                return Bytes::Mapped {
+                    map: map.clone(),
+                    range,
+                };
+            }
+        }
+        Bytes::Owned(b.to_vec())
     }
 
     fn vec(&self, v: &VecRef) -> Result<Vec<f32>> {
@@ -153,6 +193,7 @@ impl CpuBackend {
         CpuBackend {
             weights: Weights {
                 list: Vec::new(),
+                maps: Vec::new(),
                 fast: fast.then(Default::default),
             },
             bufs: Vec::new(),
@@ -170,7 +211,7 @@ impl CpuBackend {
         self.weights
             .list
             .iter()
-            .map(|s| s.bufs.iter().map(Vec::len).sum::<usize>())
+            .map(|s| s.bufs.iter().map(|b| b.len()).sum::<usize>())
             .sum()
     }
 
@@ -241,23 +282,28 @@ impl Backend for CpuBackend {
         self.pool.clone()
     }
 
+    fn share_mappings(&mut self, maps: &[Mapping]) {
+        self.weights.maps = maps.to_vec();
+    }
+
     fn upload(&mut self, view: &TensorView) -> Result<WeightId> {
+        let keep = |b: &[u8]| self.weights.keep(b);
         let (bufs, kind) = match view.data {
-            TensorData::Plain(b) => (vec![b.to_vec()], Kind::Plain),
+            TensorData::Plain(b) => (vec![keep(b)], Kind::Plain),
             TensorData::MlxAffine {
                 weight,
                 scales,
                 biases,
                 scale_dtype,
             } => (
-                vec![weight.to_vec(), scales.to_vec(), biases.to_vec()],
+                vec![keep(weight), keep(scales), keep(biases)],
                 Kind::MlxAffine(scale_dtype),
             ),
             TensorData::MlxMxfp4 { weight, scales } => {
-                (vec![weight.to_vec(), scales.to_vec()], Kind::MlxMxfp4)
+                (vec![keep(weight), keep(scales)], Kind::MlxMxfp4)
             }
             TensorData::HfMxfp4 { blocks, scales } => {
-                (vec![blocks.to_vec(), scales.to_vec()], Kind::HfMxfp4)
+                (vec![keep(blocks), keep(scales)], Kind::HfMxfp4)
             }
         };
         let stored = Stored {
@@ -288,7 +334,7 @@ impl Backend for CpuBackend {
             name: name.to_string(),
             shape: shape.to_vec(),
             dtype: DType::F32,
-            bufs: vec![bytes],
+            bufs: vec![Bytes::Owned(bytes)],
             kind: Kind::Plain,
         };
         self.weights.list.push(stored);
@@ -307,7 +353,7 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvId> {
-        let store = KvStore::new(spec)?;
+        let store = KvStore::new(spec, self.weights.fast.is_some())?;
         if let Some(slot) = self.kvs.iter().position(Option::is_none) {
             self.kvs[slot] = Some(store);
             return Ok(KvId(slot as u32));
