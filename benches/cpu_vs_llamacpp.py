@@ -9,7 +9,8 @@ timing, so both engines start from the page cache.
 
 Minerva runs twice per run (128 prompt + 64 generated tokens; 512 prompt + 1), its RSS being the
 larger of the two. llama-bench runs `-p 128,512 -n 64 -d 128` in one process, so its prefill
-tests also start after 128 tokens of context, where Minerva's start from an empty cache.
+tests also start after 128 tokens of context, where Minerva's start from an empty cache. Minerva's
+context is 640 tokens, the size llama-bench gives its largest test (512 + 128).
 
 The default models: .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/setup.sh fetches it)
 and random-weight GGUFs at the shapes of qwen3-0.6b and tinyllama-1.1b in Q4_K_M, Q4_0 and Q8_0,
@@ -86,7 +87,8 @@ def error_line(stderr, stdout, code):
 def run_minerva(exe, model, threads):
     """One run of each Minerva command; returns the metrics of this run."""
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-    base = [exe, "run", str(model), "--backend", "cpu", "--ignore-eos", "--json"]
+    # llama-bench sizes each test's context to its tokens: 512 + 128 for its largest.
+    base = [exe, "run", str(model), "--backend", "cpu", "--ignore-eos", "--json", "--ctx", "640"]
     out, _, rss = run_measured(base + ["--prompt-tokens", "128", "--max-tokens", "64"], env)
     short = last_json_line(out)
     out, _, rss512 = run_measured(base + ["--prompt-tokens", "512", "--max-tokens", "1"], env)

@@ -39,12 +39,14 @@ impl Cached {
         }
     }
 
-    /// `len` values from `at` as f32: in place, or converted into `buf`.
-    fn read<'a>(&'a self, at: usize, buf: &'a mut [f32]) -> &'a [f32] {
+    /// The first `len` values as f32: in place, or converted once into `buf` (one pass for
+    /// every head and query of a step, rather than a conversion per read).
+    fn as_f32<'a>(&'a self, len: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
         match self {
-            Cached::F32(c) => &c[at..at + buf.len()],
+            Cached::F32(c) => &c[..len],
             Cached::F16(c) => {
-                c[at..at + buf.len()].convert_to_f32_slice(buf);
+                buf.resize(len, 0.0);
+                c[..len].convert_to_f32_slice(buf);
                 buf
             }
         }
@@ -95,35 +97,30 @@ impl KvStore {
             self.k.write(slot * w, &k[t * w..(t + 1) * w]);
             self.v.write(slot * w, &v[t * w..(t + 1) * w]);
         }
-        let group = p.n_heads / p.n_kv_heads.max(1);
         let q_width = p.n_heads * hd;
-        let (kc, vc, cap) = (&self.k, &self.v, self.cap);
+        let cap = self.cap;
+        let held = (p.pos + p.n).min(cap) * w;
+        let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+        let job = Heads {
+            q,
+            k: self.k.as_f32(held, &mut kbuf),
+            v: self.v.as_f32(held, &mut vbuf),
+            sinks,
+            p,
+            cap,
+            width: w,
+        };
         let work = p.n * p.n_heads * hd * (p.pos + p.n).min(self.cap);
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = super::quant::Lanes::chosen() != super::quant::Lanes::Portable;
         let head = |(idx, o): (usize, &mut [f32])| {
-            let (t, h) = (idx / p.n_heads, idx % p.n_heads);
-            let kvh = h / group.max(1);
-            let pos = p.pos + t;
-            let first = p.window.map_or(0, |win| (pos + 1).saturating_sub(win));
-            let qh = &q[t * q_width + h * hd..t * q_width + (h + 1) * hd];
-            let mut buf = vec![0f32; hd];
-            let scores: Vec<f32> = (first..=pos)
-                .map(|j| dot(qh, kc.read((j % cap) * w + kvh * hd, &mut buf)) * p.scale)
-                .collect();
-            let sink = sinks.map(|s| s[h]);
-            let max = scores
-                .iter()
-                .copied()
-                .chain(sink)
-                .fold(f32::NEG_INFINITY, f32::max);
-            let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-            let denom = exps.iter().sum::<f32>() + sink.map_or(0.0, |s| (s - max).exp());
-            o.fill(0.0);
-            for (j, e) in (first..=pos).zip(&exps) {
-                let wgt = e / denom;
-                for (oo, vv) in o.iter_mut().zip(vc.read((j % cap) * w + kvh * hd, &mut buf)) {
-                    *oo += wgt * vv;
-                }
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: the chosen lanes are AVX2 or better only where the processor has
+                // AVX2 and FMA.
+                return unsafe { job.one_avx2(idx, o) };
             }
+            job.one(idx, o)
         };
         let out = &mut out[..p.n * q_width];
         if work >= PARALLEL_WORK {
@@ -131,5 +128,60 @@ impl KvStore {
         } else {
             out.chunks_mut(hd).enumerate().for_each(head);
         }
+    }
+}
+
+/// One step's attention: queries, the cache as f32, and what to attend with.
+struct Heads<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    sinks: Option<&'a [f32]>,
+    p: &'a AttnParams,
+    cap: usize,
+    width: usize,
+}
+
+impl Heads<'_> {
+    /// Output `idx` (token idx / heads, head idx % heads): softmax(q·K / √d) · V over the
+    /// positions the token sees, with the head's sink logit in the denominator.
+    #[inline(always)]
+    fn one(&self, idx: usize, o: &mut [f32]) {
+        let (p, hd, w, cap) = (self.p, self.p.head_dim, self.width, self.cap);
+        let (t, h) = (idx / p.n_heads, idx % p.n_heads);
+        let kvh = h / (p.n_heads / p.n_kv_heads.max(1)).max(1);
+        let pos = p.pos + t;
+        let first = p.window.map_or(0, |win| (pos + 1).saturating_sub(win));
+        let q_width = p.n_heads * hd;
+        let qh = &self.q[t * q_width + h * hd..t * q_width + (h + 1) * hd];
+        let at = |j: usize| (j % cap) * w + kvh * hd;
+        let scores: Vec<f32> = (first..=pos)
+            .map(|j| dot(qh, &self.k[at(j)..at(j) + hd]) * p.scale)
+            .collect();
+        let sink = self.sinks.map(|s| s[h]);
+        let max = scores
+            .iter()
+            .copied()
+            .chain(sink)
+            .fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+        let denom = exps.iter().sum::<f32>() + sink.map_or(0.0, |s| (s - max).exp());
+        o.fill(0.0);
+        for (j, e) in (first..=pos).zip(&exps) {
+            let wgt = e / denom;
+            for (oo, vv) in o.iter_mut().zip(&self.v[at(j)..at(j) + hd]) {
+                *oo += wgt * vv;
+            }
+        }
+    }
+
+    /// [`Heads::one`] compiled for AVX2 and FMA.
+    ///
+    /// # Safety
+    /// The processor has AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn one_avx2(&self, idx: usize, o: &mut [f32]) {
+        self.one(idx, o)
     }
 }

@@ -43,6 +43,10 @@ pub struct RowSrc<'a> {
 pub trait Block {
     const ELEMS: usize;
     const HAS_MIN: bool;
+    /// Values are never negative (so products need no sign trick; all are ≤ 127).
+    const UNSIGNED: bool = false;
+    /// Scales change every 16 values, not every 32.
+    const SCALE16: bool = false;
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked);
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]);
 
@@ -138,6 +142,7 @@ pub struct Q4_1;
 impl Block for Q4_1 {
     const ELEMS: usize = 32;
     const HAS_MIN: bool = true;
+    const UNSIGNED: bool = true;
     #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
         let blk = block(src, b, 20);
@@ -179,6 +184,7 @@ pub struct Q5_1;
 impl Block for Q5_1 {
     const ELEMS: usize = 32;
     const HAS_MIN: bool = true;
+    const UNSIGNED: bool = true;
     #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
         let blk = block(src, b, 24);
@@ -222,6 +228,8 @@ pub struct Q2K;
 impl Block for Q2K {
     const ELEMS: usize = 256;
     const HAS_MIN: bool = true;
+    const UNSIGNED: bool = true;
+    const SCALE16: bool = true;
     #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
         let blk = block(src, b, 84);
@@ -248,6 +256,7 @@ pub struct Q3K;
 impl Block for Q3K {
     const ELEMS: usize = 256;
     const HAS_MIN: bool = false;
+    const SCALE16: bool = true;
     #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
         let blk = block(src, b, 110);
@@ -300,6 +309,7 @@ pub struct Q4K;
 impl Block for Q4K {
     const ELEMS: usize = 256;
     const HAS_MIN: bool = true;
+    const UNSIGNED: bool = true;
     #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
         k_scales(block(src, b, 144), u);
@@ -326,6 +336,7 @@ pub struct Q5K;
 impl Block for Q5K {
     const ELEMS: usize = 256;
     const HAS_MIN: bool = true;
+    const UNSIGNED: bool = true;
     #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
         k_scales(block(src, b, 176), u);
@@ -354,6 +365,7 @@ pub struct Q6K;
 impl Block for Q6K {
     const ELEMS: usize = 256;
     const HAS_MIN: bool = false;
+    const SCALE16: bool = true;
     #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
         let blk = block(src, b, 210);

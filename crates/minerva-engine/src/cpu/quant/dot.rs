@@ -21,9 +21,11 @@ pub(super) trait Lanes {
     /// # Safety
     /// The processor has the lanes' features.
     unsafe fn unpack<B: Block>(src: &RowSrc, b: usize, u: &mut Unpacked, w: &mut [Self::W; 8]);
+    /// `B` says whether `w` is never negative and whether s1 may differ from s0.
+    ///
     /// # Safety
     /// `x` points at 32 readable bytes; the processor has the lanes' features.
-    unsafe fn chunk(acc: &mut Self::Acc, w: Self::W, x: *const i8, s0: f32, s1: f32);
+    unsafe fn chunk<B: Block>(acc: &mut Self::Acc, w: Self::W, x: *const i8, s0: f32, s1: f32);
     /// # Safety
     /// The processor has the lanes' features.
     unsafe fn sum(acc: Self::Acc) -> f32;
@@ -79,7 +81,7 @@ unsafe fn tile<B: Block, L: Lanes, const TT: usize>(
                 let t = t0 + k;
                 let dx = *x.d.get_unchecked(t * xblocks + xb);
                 let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
-                L::chunk(a, wc, xq, s0 * dx, s1 * dx);
+                L::chunk::<B>(a, wc, xq, s0 * dx, s1 * dx);
             }
         }
         if B::HAS_MIN {
@@ -116,7 +118,7 @@ impl Lanes for Portable {
         }
     }
     #[inline(always)]
-    unsafe fn chunk(acc: &mut f32, w: [i8; 32], x: *const i8, s0: f32, s1: f32) {
+    unsafe fn chunk<B: Block>(acc: &mut f32, w: [i8; 32], x: *const i8, s0: f32, s1: f32) {
         let x = std::slice::from_raw_parts(x, 32);
         let half = |r: std::ops::Range<usize>| -> i32 {
             w[r.clone()]

@@ -36,31 +36,55 @@ impl QuantX {
         self.len / 32
     }
 
-    /// Quantizes `n` rows of `len` values (a multiple of 32), reusing the buffers.
+    /// Quantizes `n` rows of `len` values (a multiple of 32), reusing the buffers; many rows
+    /// are spread over the cores.
     pub fn quantize(&mut self, x: &[f32], n: usize, len: usize) {
+        use rayon::prelude::*;
         debug_assert!(len.is_multiple_of(32) && x.len() >= n * len);
         self.n = n;
         self.len = len;
         self.q.resize(n * len, 0);
         self.d.resize(n * len / 32, 0.0);
         self.s.resize(n * len / 16, 0.0);
-        let blocks = x[..n * len]
-            .chunks_exact(32)
-            .zip(self.q.chunks_exact_mut(32))
-            .zip(self.d.iter_mut())
-            .zip(self.s.chunks_exact_mut(2));
-        for (((xb, qb), d), s) in blocks {
-            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-            *d = amax / 127.0;
-            let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-            let mut sums = [0i32; 2];
-            for (i, (q, v)) in qb.iter_mut().zip(xb).enumerate() {
-                *q = (v * inv).round() as i8;
-                sums[i / 16] += *q as i32;
-            }
-            s[0] = *d * sums[0] as f32;
-            s[1] = *d * sums[1] as f32;
+        let rows = x[..n * len]
+            .par_chunks(len)
+            .zip(self.q.par_chunks_mut(len))
+            .zip(self.d.par_chunks_mut(len / 32))
+            .zip(self.s.par_chunks_mut(len / 16));
+        let one = |(((x, q), d), s): (((&[f32], &mut [i8]), &mut [f32]), &mut [f32])| {
+            quantize_row(x, q, d, s)
+        };
+        if n >= 8 {
+            rows.for_each(one);
+        } else {
+            // A few rows are quicker on this thread than handed to others.
+            rows.into_par_iter().with_min_len(n).for_each(one);
         }
+    }
+}
+
+/// One row in blocks of 32: `d = amax / 127`, `q = round(x / d)` (to nearest, ties to even),
+/// and `s = d · Σq` per 16 values.
+fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    // Adding and taking away 1.5 · 2^23 rounds |v| < 2^22 to the nearest integer, ties to even,
+    // in two adds (f32::round is a libm call on baseline x86-64).
+    const MAGIC: f32 = 12_582_912.0;
+    let blocks = x
+        .chunks_exact(32)
+        .zip(q.chunks_exact_mut(32))
+        .zip(d.iter_mut())
+        .zip(s.chunks_exact_mut(2));
+    for (((xb, qb), d), s) in blocks {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        *d = amax / 127.0;
+        let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+        let mut sums = [0i32; 2];
+        for (i, (q, v)) in qb.iter_mut().zip(xb).enumerate() {
+            *q = ((v * inv + MAGIC) - MAGIC) as i8;
+            sums[i / 16] += *q as i32;
+        }
+        s[0] = *d * sums[0] as f32;
+        s[1] = *d * sums[1] as f32;
     }
 }
 
@@ -143,60 +167,88 @@ impl<'a> Rows<'a> {
 /// Products of rows `js` with every token of `x`, into `out[(j − js.start) · n + t]`.
 pub type Kernel = fn(&Rows, Range<usize>, &QuantX, &mut [f32]);
 
-fn pick<B: Block>() -> Kernel {
-    #[cfg(target_arch = "x86_64")]
-    if x86::has_avx2() {
-        return x86::avx2::<B>;
-    }
-    dot::portable::<B>
+/// The instruction sets a kernel's lanes use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lanes {
+    /// AVX2 with AVX-512 VNNI byte products (on 256 bits).
+    Vnni,
+    Avx2,
+    /// Plain Rust that the compiler vectorizes for the target it builds for.
+    Portable,
 }
 
-/// The integer kernel for a stored dtype, or None where only the reference path decodes it
-/// (f32/f16/bf16 weights, whose products stay in f32).
+impl Lanes {
+    /// Every kind of lanes this processor can run, best first.
+    pub fn available() -> Vec<Lanes> {
+        let mut all = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if x86::has_vnni() {
+                all.push(Lanes::Vnni);
+            }
+            if x86::has_avx2() {
+                all.push(Lanes::Avx2);
+            }
+        }
+        all.push(Lanes::Portable);
+        all
+    }
+
+    /// The best available, or the one `MINERVA_CPU_LANES` (vnni, avx2, portable) names where
+    /// this processor has it; read once.
+    pub fn chosen() -> Lanes {
+        static CHOSEN: std::sync::OnceLock<Lanes> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(|| {
+            let all = Lanes::available();
+            let want = std::env::var("MINERVA_CPU_LANES").unwrap_or_default();
+            all.iter()
+                .copied()
+                .find(|l| l.name() == want)
+                .unwrap_or(all[0])
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Lanes::Vnni => "vnni",
+            Lanes::Avx2 => "avx2",
+            Lanes::Portable => "portable",
+        }
+    }
+}
+
+fn pick<B: Block>(lanes: Lanes) -> Kernel {
+    match lanes {
+        #[cfg(target_arch = "x86_64")]
+        Lanes::Vnni => x86::vnni::<B>,
+        #[cfg(target_arch = "x86_64")]
+        Lanes::Avx2 => x86::avx2::<B>,
+        _ => dot::portable::<B>,
+    }
+}
+
+/// The integer kernel for a stored dtype on the chosen lanes, or None where only the
+/// reference path decodes it (f32/f16/bf16 weights, whose products stay in f32).
 pub fn kernel(dtype: DType) -> Option<Kernel> {
-    Some(match dtype {
-        DType::Q4_0 => pick::<blocks::Q4_0>(),
-        DType::Q4_1 => pick::<blocks::Q4_1>(),
-        DType::Q5_0 => pick::<blocks::Q5_0>(),
-        DType::Q5_1 => pick::<blocks::Q5_1>(),
-        DType::Q8_0 => pick::<blocks::Q8_0>(),
-        DType::Q2_K => pick::<blocks::Q2K>(),
-        DType::Q3_K => pick::<blocks::Q3K>(),
-        DType::Q4_K => pick::<blocks::Q4K>(),
-        DType::Q5_K => pick::<blocks::Q5K>(),
-        DType::Q6_K => pick::<blocks::Q6K>(),
-        DType::MXFP4 => pick::<blocks::Mxfp4>(),
-        DType::MlxMxfp4 | DType::HfMxfp4 => pick::<blocks::PairsMxfp4>(),
-        DType::MlxAffine { .. } => pick::<blocks::MlxAffine>(),
-        _ => return None,
-    })
+    kernel_on(dtype, Lanes::chosen())
 }
 
-/// The portable kernel for a dtype (the kernel tests compare it with the dispatched one).
-pub fn portable_kernel(dtype: DType) -> Option<Kernel> {
+/// [`kernel`] on given lanes (which the processor must have: see [`Lanes::available`]).
+pub fn kernel_on(dtype: DType, lanes: Lanes) -> Option<Kernel> {
     Some(match dtype {
-        DType::Q4_0 => dot::portable::<blocks::Q4_0>,
-        DType::Q4_1 => dot::portable::<blocks::Q4_1>,
-        DType::Q5_0 => dot::portable::<blocks::Q5_0>,
-        DType::Q5_1 => dot::portable::<blocks::Q5_1>,
-        DType::Q8_0 => dot::portable::<blocks::Q8_0>,
-        DType::Q2_K => dot::portable::<blocks::Q2K>,
-        DType::Q3_K => dot::portable::<blocks::Q3K>,
-        DType::Q4_K => dot::portable::<blocks::Q4K>,
-        DType::Q5_K => dot::portable::<blocks::Q5K>,
-        DType::Q6_K => dot::portable::<blocks::Q6K>,
-        DType::MXFP4 => dot::portable::<blocks::Mxfp4>,
-        DType::MlxMxfp4 | DType::HfMxfp4 => dot::portable::<blocks::PairsMxfp4>,
-        DType::MlxAffine { .. } => dot::portable::<blocks::MlxAffine>,
+        DType::Q4_0 => pick::<blocks::Q4_0>(lanes),
+        DType::Q4_1 => pick::<blocks::Q4_1>(lanes),
+        DType::Q5_0 => pick::<blocks::Q5_0>(lanes),
+        DType::Q5_1 => pick::<blocks::Q5_1>(lanes),
+        DType::Q8_0 => pick::<blocks::Q8_0>(lanes),
+        DType::Q2_K => pick::<blocks::Q2K>(lanes),
+        DType::Q3_K => pick::<blocks::Q3K>(lanes),
+        DType::Q4_K => pick::<blocks::Q4K>(lanes),
+        DType::Q5_K => pick::<blocks::Q5K>(lanes),
+        DType::Q6_K => pick::<blocks::Q6K>(lanes),
+        DType::MXFP4 => pick::<blocks::Mxfp4>(lanes),
+        DType::MlxMxfp4 | DType::HfMxfp4 => pick::<blocks::PairsMxfp4>(lanes),
+        DType::MlxAffine { .. } => pick::<blocks::MlxAffine>(lanes),
         _ => return None,
     })
-}
-
-/// Which lanes the dispatched kernels use on this processor (for `describe` lines).
-pub fn lanes() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    if x86::has_avx2() {
-        return "avx2";
-    }
-    "portable"
 }

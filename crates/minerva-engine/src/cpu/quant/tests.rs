@@ -4,7 +4,7 @@
 //! and strided views. The bound is what 8-bit activations can cost, computed per output.
 
 use super::super::matmul::{linear, Scratch};
-use super::{kernel, portable_kernel};
+use super::{kernel_on, Lanes};
 use crate::backend::{Linear, MatView, WeightId};
 use half::{bf16, f16};
 use minerva_formats::{dequantize, DType, TensorData, TensorView};
@@ -107,14 +107,12 @@ fn lin(stored_rows: usize, in_dim: usize, offset: usize, stride: usize, matrix: 
 }
 
 /// Runs the fast and reference products of `view` for several token counts and views, and
-/// the portable kernel against the dispatched one.
+/// every kind of lanes this processor has against the portable ones.
 fn check(view: &TensorView, what: &str) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let (rows, len) = (view.shape[view.shape.len() - 2], view.row_len());
     let matrices = view.rows() / rows;
     let dense = dequantize(view).unwrap();
-    let fast = kernel(view.dtype).expect("a fast kernel");
-    let slow = portable_kernel(view.dtype).unwrap();
     for (n, offset, stride) in [(1, 0, 1), (3, 1, 2), (11, 0, 1), (17, 2, 3)] {
         let l = lin(rows, len, offset, stride, matrices - 1);
         let x: Vec<f32> = (0..n * len).map(|_| rng.unit() * 3.0).collect();
@@ -147,14 +145,15 @@ fn check(view: &TensorView, what: &str) {
         let rs = super::Rows::new(view, base + offset, stride).unwrap();
         let mut xq = super::QuantX::default();
         xq.quantize(&x, n, len);
-        let (mut a, mut b) = (vec![0f32; n * out_dim], vec![0f32; n * out_dim]);
-        fast(&rs, 0..out_dim, &xq, &mut a);
-        slow(&rs, 0..out_dim, &xq, &mut b);
-        for (p, q) in a.iter().zip(&b) {
-            assert!(
-                (p - q).abs() <= 1e-4 * (1.0 + q.abs()),
-                "{what}: dispatched {p} vs portable {q}"
-            );
+        let mut want = vec![0f32; n * out_dim];
+        kernel_on(view.dtype, Lanes::Portable).unwrap()(&rs, 0..out_dim, &xq, &mut want);
+        for lanes in Lanes::available() {
+            let mut got = vec![0f32; n * out_dim];
+            kernel_on(view.dtype, lanes).expect("a kernel")(&rs, 0..out_dim, &xq, &mut got);
+            for (p, q) in got.iter().zip(&want) {
+                let close = (p - q).abs() <= 1e-4 * (1.0 + q.abs());
+                assert!(close, "{what}: {} lanes {p} vs portable {q}", lanes.name());
+            }
         }
     }
 }

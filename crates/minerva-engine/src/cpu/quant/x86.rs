@@ -1,6 +1,7 @@
-//! AVX2 lanes and block unpackers. Products: `maddubs` on |w| and sign(x, w), pairs summed
-//! by `madd`, so lanes 0–3 hold the first 16 values' sums and lanes 4–7 the rest, scaled by
-//! s0 and s1. Unpackers build the 32 values of a chunk in a register (nibbles split with
+//! AVX2 lanes and block unpackers. Products: `maddubs` on |w| and sign(x, w) (on w and x
+//! directly where w is never negative), pairs summed by `madd` — or both in one `dpbusd` where
+//! the processor has AVX-512 VNNI — so lanes 0–3 hold the first 16 values' sums and lanes 4–7
+//! the rest, scaled by s0 and s1. Unpackers build the 32 values of a chunk in a register (nibbles split with
 //! masks and shifts, 5th and 6th bits merged with byte masks, FP4 codes looked up with
 //! `pshufb`): values written byte by byte and read back as a vector stall the load.
 
@@ -8,6 +9,34 @@ use super::blocks::{Block, RowSrc, Unpacked, E2M1_X2};
 use super::dot::{rows_loop, Lanes};
 use super::{QuantX, Rows};
 use std::arch::x86_64::*;
+
+/// |w| and sign(x, w): the unsigned × signed operands the byte products take.
+#[inline(always)]
+unsafe fn operands<B: Block>(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
+    if B::UNSIGNED {
+        (w, x)
+    } else {
+        (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+    }
+}
+
+/// The scales of a chunk's two halves as one register.
+#[inline(always)]
+unsafe fn scales<B: Block>(s0: f32, s1: f32) -> __m256 {
+    if B::SCALE16 {
+        _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(s0)), _mm_set1_ps(s1), 1)
+    } else {
+        _mm256_set1_ps(s0)
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum(acc: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
 
 struct Avx2;
 
@@ -29,26 +58,61 @@ impl Lanes for Avx2 {
         B::values_avx2(src, b, w)
     }
     #[inline(always)]
-    unsafe fn chunk(acc: &mut __m256, w: __m256i, x: *const i8, s0: f32, s1: f32) {
-        let xv = _mm256_loadu_si256(x as *const __m256i);
+    unsafe fn chunk<B: Block>(acc: &mut __m256, w: __m256i, x: *const i8, s0: f32, s1: f32) {
+        let (a, b) = operands::<B>(w, _mm256_loadu_si256(x as *const __m256i));
         // |w| ≤ 128 and |x| ≤ 127, so a pair of products (≤ 32,512) fits the i16 lanes.
-        let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
-        let p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-        let sc = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(s0)), _mm_set1_ps(s1), 1);
-        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), sc, *acc);
+        let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scales::<B>(s0, s1), *acc);
     }
     #[inline(always)]
     unsafe fn sum(acc: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
+        hsum(acc)
+    }
+}
+
+/// The same lanes with the byte products summed by one `dpbusd` (AVX-512 VNNI on 256 bits).
+struct Vnni;
+
+impl Lanes for Vnni {
+    type W = __m256i;
+    type Acc = __m256;
+    #[inline(always)]
+    fn zero_w() -> __m256i {
+        Avx2::zero_w()
+    }
+    #[inline(always)]
+    fn zero() -> __m256 {
+        Avx2::zero()
+    }
+    #[inline(always)]
+    unsafe fn unpack<B: Block>(src: &RowSrc, b: usize, u: &mut Unpacked, w: &mut [__m256i; 8]) {
+        Avx2::unpack::<B>(src, b, u, w)
+    }
+    #[inline(always)]
+    unsafe fn chunk<B: Block>(acc: &mut __m256, w: __m256i, x: *const i8, s0: f32, s1: f32) {
+        let (a, b) = operands::<B>(w, _mm256_loadu_si256(x as *const __m256i));
+        let p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scales::<B>(s0, s1), *acc);
+    }
+    #[inline(always)]
+    unsafe fn sum(acc: __m256) -> f32 {
+        hsum(acc)
     }
 }
 
 #[target_feature(enable = "avx2,fma")]
 unsafe fn entry<B: Block>(rows: &Rows, js: std::ops::Range<usize>, x: &QuantX, out: &mut [f32]) {
     rows_loop::<B, Avx2>(rows, js, x, out)
+}
+
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512vnni")]
+unsafe fn entry_vnni<B: Block>(
+    rows: &Rows,
+    js: std::ops::Range<usize>,
+    x: &QuantX,
+    out: &mut [f32],
+) {
+    rows_loop::<B, Vnni>(rows, js, x, out)
 }
 
 /// AVX2 products for block type `B`; `super::kernel` hands it out only where `has_avx2()`.
@@ -58,8 +122,22 @@ pub fn avx2<B: Block>(rows: &Rows, js: std::ops::Range<usize>, x: &QuantX, out: 
     unsafe { entry::<B>(rows, js, x, out) }
 }
 
+/// VNNI products for block type `B`; handed out only where `has_vnni()`.
+pub fn vnni<B: Block>(rows: &Rows, js: std::ops::Range<usize>, x: &QuantX, out: &mut [f32]) {
+    debug_assert!(has_vnni());
+    // SAFETY: only reachable when the processor has AVX2, FMA and AVX-512 VNNI with VL.
+    unsafe { entry_vnni::<B>(rows, js, x, out) }
+}
+
 pub fn has_avx2() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+}
+
+pub fn has_vnni() -> bool {
+    has_avx2()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
 }
 
 /// The types without a vector unpacker: bytes, then loads.
