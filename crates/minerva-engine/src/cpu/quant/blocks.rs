@@ -50,6 +50,14 @@ pub trait Block {
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked);
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]);
 
+    /// For blocks of 32 with one scale: (scale, min) without going through `Unpacked`.
+    #[inline(always)]
+    fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
+        let mut u = Unpacked::new();
+        Self::scales(src, b, &mut u);
+        (u.sc[0], u.mn[0])
+    }
+
     /// The values as AVX2 registers of 32, for the types that have a vector unpacker; the
     /// others unpack as above and load.
     ///
@@ -124,8 +132,13 @@ impl Block for Q4_0 {
     const ELEMS: usize = 32;
     const HAS_MIN: bool = false;
     #[inline(always)]
+    fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
+        (f16_at(block(src, b, 18), 0), 0.0)
+    }
+    #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
-        set16(u, 0, 2, f16_at(block(src, b, 18), 0), 0.0);
+        let (sc, mn) = Self::scale_min(src, b);
+        set16(u, 0, 2, sc, mn);
     }
     #[inline(always)]
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]) {
@@ -144,9 +157,14 @@ impl Block for Q4_1 {
     const HAS_MIN: bool = true;
     const UNSIGNED: bool = true;
     #[inline(always)]
-    fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
+    fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
         let blk = block(src, b, 20);
-        set16(u, 0, 2, f16_at(blk, 0), f16_at(blk, 2));
+        (f16_at(blk, 0), f16_at(blk, 2))
+    }
+    #[inline(always)]
+    fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
+        let (sc, mn) = Self::scale_min(src, b);
+        set16(u, 0, 2, sc, mn);
     }
     #[inline(always)]
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]) {
@@ -164,8 +182,13 @@ impl Block for Q5_0 {
     const ELEMS: usize = 32;
     const HAS_MIN: bool = false;
     #[inline(always)]
+    fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
+        (f16_at(block(src, b, 22), 0), 0.0)
+    }
+    #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
-        set16(u, 0, 2, f16_at(block(src, b, 22), 0), 0.0);
+        let (sc, mn) = Self::scale_min(src, b);
+        set16(u, 0, 2, sc, mn);
     }
     #[inline(always)]
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]) {
@@ -186,9 +209,14 @@ impl Block for Q5_1 {
     const HAS_MIN: bool = true;
     const UNSIGNED: bool = true;
     #[inline(always)]
-    fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
+    fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
         let blk = block(src, b, 24);
-        set16(u, 0, 2, f16_at(blk, 0), f16_at(blk, 2));
+        (f16_at(blk, 0), f16_at(blk, 2))
+    }
+    #[inline(always)]
+    fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
+        let (sc, mn) = Self::scale_min(src, b);
+        set16(u, 0, 2, sc, mn);
     }
     #[inline(always)]
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]) {
@@ -208,8 +236,13 @@ impl Block for Q8_0 {
     const ELEMS: usize = 32;
     const HAS_MIN: bool = false;
     #[inline(always)]
+    fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
+        (f16_at(block(src, b, 34), 0), 0.0)
+    }
+    #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
-        set16(u, 0, 2, f16_at(block(src, b, 34), 0), 0.0);
+        let (sc, mn) = Self::scale_min(src, b);
+        set16(u, 0, 2, sc, mn);
     }
     #[inline(always)]
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]) {
@@ -404,8 +437,13 @@ impl Block for Mxfp4 {
     const ELEMS: usize = 32;
     const HAS_MIN: bool = false;
     #[inline(always)]
+    fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
+        (e8m0_to_f32(block(src, b, 17)[0]) * 0.5, 0.0)
+    }
+    #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
-        set16(u, 0, 2, e8m0_to_f32(block(src, b, 17)[0]) * 0.5, 0.0);
+        let (sc, mn) = Self::scale_min(src, b);
+        set16(u, 0, 2, sc, mn);
     }
     #[inline(always)]
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]) {
@@ -427,8 +465,13 @@ impl Block for PairsMxfp4 {
     const ELEMS: usize = 32;
     const HAS_MIN: bool = false;
     #[inline(always)]
+    fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
+        (e8m0_to_f32(src.scales[b]) * 0.5, 0.0)
+    }
+    #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
-        set16(u, 0, 2, e8m0_to_f32(src.scales[b]) * 0.5, 0.0);
+        let (sc, mn) = Self::scale_min(src, b);
+        set16(u, 0, 2, sc, mn);
     }
     #[inline(always)]
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]) {
@@ -460,14 +503,18 @@ impl Block for MlxAffine {
     const ELEMS: usize = 32;
     const HAS_MIN: bool = true;
     #[inline(always)]
-    fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
+    fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
         let g = b * 32 / src.group.max(1);
         let scale = mlx_scalar(src.scale_dtype, src.scales, g);
-        let mut bias = mlx_scalar(src.scale_dtype, src.biases, g);
-        if src.bits == 8 {
-            bias += 128.0 * scale;
-        }
-        set16(u, 0, 2, scale, bias);
+        let bias = mlx_scalar(src.scale_dtype, src.biases, g);
+        // 8-bit values are stored as q − 128 (see `values`).
+        let shift = if src.bits == 8 { 128.0 * scale } else { 0.0 };
+        (scale, bias + shift)
+    }
+    #[inline(always)]
+    fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
+        let (sc, mn) = Self::scale_min(src, b);
+        set16(u, 0, 2, sc, mn);
     }
     #[inline(always)]
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]) {

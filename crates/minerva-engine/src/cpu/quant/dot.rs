@@ -72,8 +72,23 @@ unsafe fn tile<B: Block, L: Lanes, const TT: usize>(
     let mut acc = [L::zero(); TT];
     let mut mins = [0f32; TT];
     for b in 0..x.len / B::ELEMS {
-        B::scales(src, b, &mut u);
         L::unpack::<B>(src, b, &mut u, &mut w);
+        if B::ELEMS == 32 {
+            // One scale per block: kept in registers, with the min against the block's sum.
+            let (sc, mn) = B::scale_min(src, b);
+            for (k, a) in acc.iter_mut().enumerate() {
+                let t = t0 + k;
+                let dx = *x.d.get_unchecked(t * xblocks + b);
+                let xq = x.q.as_ptr().add(t * x.len + 32 * b);
+                L::chunk::<B>(a, w[0], xq, sc * dx, sc * dx);
+                if B::HAS_MIN {
+                    let s = x.s.as_ptr().add(t * 2 * xblocks + 2 * b);
+                    mins[k] += mn * (*s + *s.add(1));
+                }
+            }
+            continue;
+        }
+        B::scales(src, b, &mut u);
         for (c, &wc) in w[..chunks].iter().enumerate() {
             let (s0, s1) = (u.sc[2 * c], u.sc[2 * c + 1]);
             let xb = b * chunks + c;

@@ -51,9 +51,8 @@ impl QuantX {
             .zip(self.q.par_chunks_mut(len))
             .zip(self.d.par_chunks_mut(len / 32))
             .zip(self.s.par_chunks_mut(len / 16));
-        let one = |(((x, q), d), s): (((&[f32], &mut [i8]), &mut [f32]), &mut [f32])| {
-            quantize_row(x, q, d, s)
-        };
+        type Row<'a> = (((&'a [f32], &'a mut [i8]), &'a mut [f32]), &'a mut [f32]);
+        let one = |(((x, q), d), s): Row| quantize_row(x, q, d, s);
         if n >= 8 {
             rows.for_each(one);
         } else {
