@@ -293,7 +293,7 @@ impl Model {
     /// Runs `f` on the backend's thread pool where it has one (see `Backend::thread_pool`).
     fn on_backend<R: Send>(&mut self, f: impl FnOnce(&mut Self) -> R + Send) -> R {
         match self.backend.thread_pool() {
-            Some(pool) => pool.install(|| f(self)),
+            Some(pool) => crate::cpu::run_awake(&pool, || f(self)),
             None => f(self),
         }
     }
@@ -319,16 +319,18 @@ impl Model {
     /// the next choice. The cache holds [`UNREAD`] for it until [`Model::read_choice`].
     pub fn decode_choice(&mut self, cache: &mut KvCache, choice: Choice) -> Result<()> {
         self.check_room(cache, 1)?;
-        self.on_backend(|m| m.step(cache, Input::Chosen(choice)))?;
-        let id = match choice {
-            Choice::Known(id) => id,
-            Choice::OnDevice(_) => {
-                cache.unread.push((choice, cache.tokens.len()));
-                UNREAD
-            }
-        };
-        cache.tokens.push(id);
-        self.on_backend(|m| m.last_row_logits(1))
+        self.on_backend(|m| {
+            m.step(cache, Input::Chosen(choice))?;
+            let id = match choice {
+                Choice::Known(id) => id,
+                Choice::OnDevice(_) => {
+                    cache.unread.push((choice, cache.tokens.len()));
+                    UNREAD
+                }
+            };
+            cache.tokens.push(id);
+            m.last_row_logits(1)
+        })
     }
 
     /// The id of a choice (waiting for the step that made it), written into the cache where a

@@ -25,6 +25,36 @@ use minerva_formats::{
 /// thread pool costs more than it saves.
 pub(crate) const PARALLEL_WORK: usize = 1 << 18;
 
+/// Runs `f` on `pool` with the pool's other threads kept awake (looking for work, then
+/// spinning) until `f` returns: a step's ops follow each other within microseconds, and a
+/// thread that went to sleep between two of them takes longer to wake than a small op takes.
+/// A spinner that finds nothing to do for `IDLE` goes back to sleep, so a thread that picks
+/// one up itself is held up by at most that.
+pub fn run_awake<R: Send>(pool: &rayon::ThreadPool, f: impl FnOnce() -> R + Send) -> R {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    const IDLE: Duration = Duration::from_micros(500);
+    let running = AtomicBool::new(true);
+    pool.install(|| {
+        rayon::scope(|s| {
+            for _ in 1..rayon::current_num_threads() {
+                s.spawn(|_| {
+                    let mut last = Instant::now();
+                    while running.load(Ordering::Acquire) && last.elapsed() < IDLE {
+                        match rayon::yield_now() {
+                            Some(rayon::Yield::Executed) => last = Instant::now(),
+                            _ => std::hint::spin_loop(),
+                        }
+                    }
+                });
+            }
+            let r = f();
+            running.store(false, Ordering::Release);
+            r
+        })
+    })
+}
+
 /// `f(0) .. f(n)`, on the thread pool when `work` (multiply-adds) is worth it.
 pub(crate) fn map_tasks<T: Send>(
     n: usize,
