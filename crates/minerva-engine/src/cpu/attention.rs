@@ -123,7 +123,8 @@ impl KvStore {
             job.one(idx, o)
         };
         let out = &mut out[..p.n * q_width];
-        if work >= PARALLEL_WORK {
+        // Threads are awake through a step (`run_awake`): a split pays from a quarter.
+        if work >= PARALLEL_WORK / 4 {
             out.par_chunks_mut(hd).enumerate().for_each(head);
         } else {
             out.chunks_mut(hd).enumerate().for_each(head);
