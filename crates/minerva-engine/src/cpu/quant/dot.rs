@@ -101,10 +101,16 @@ unsafe fn tile<B: Block, L: Lanes, const TT: usize>(
         }
         if B::HAS_MIN {
             for (k, m) in mins.iter_mut().enumerate() {
-                let s = x.s.as_ptr().add((t0 + k) * 2 * xblocks + b * subs);
-                for i in 0..subs {
-                    *m += u.mn[i] * *s.add(i);
+                let s = std::slice::from_raw_parts(
+                    x.s.as_ptr().add((t0 + k) * 2 * xblocks + b * subs),
+                    subs,
+                );
+                // Eight partial sums, so the compiler keeps them in one vector register.
+                let mut part = [0f32; 8];
+                for (i, (mn, sx)) in u.mn[..subs].iter().zip(s).enumerate() {
+                    part[i % 8] += mn * sx;
                 }
+                *m += part.iter().sum::<f32>();
             }
         }
     }
