@@ -130,10 +130,12 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 pub struct Q4_0;
 impl Block for Q4_0 {
     const ELEMS: usize = 32;
-    const HAS_MIN: bool = false;
+    const HAS_MIN: bool = true;
+    const UNSIGNED: bool = true;
     #[inline(always)]
     fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
-        (f16_at(block(src, b, 18), 0), 0.0)
+        let d = f16_at(block(src, b, 18), 0);
+        (d, -8.0 * d)
     }
     #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
@@ -142,7 +144,7 @@ impl Block for Q4_0 {
     }
     #[inline(always)]
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]) {
-        nibbles_split(&block(src, b, 18)[2..], 8, q);
+        nibbles_split(&block(src, b, 18)[2..], 0, q);
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
@@ -180,10 +182,12 @@ impl Block for Q4_1 {
 pub struct Q5_0;
 impl Block for Q5_0 {
     const ELEMS: usize = 32;
-    const HAS_MIN: bool = false;
+    const HAS_MIN: bool = true;
+    const UNSIGNED: bool = true;
     #[inline(always)]
     fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
-        (f16_at(block(src, b, 22), 0), 0.0)
+        let d = f16_at(block(src, b, 22), 0);
+        (d, -16.0 * d)
     }
     #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
@@ -193,13 +197,13 @@ impl Block for Q5_0 {
     #[inline(always)]
     fn values(src: &RowSrc, b: usize, q: &mut [i8; 256]) {
         let blk = block(src, b, 22);
-        q5_values(&blk[6..], u32_at(blk, 2), 16, q);
+        q5_values(&blk[6..], u32_at(blk, 2), 0, q);
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn values_avx2(src: &RowSrc, b: usize, w: &mut [std::arch::x86_64::__m256i; 8]) {
         let blk = block(src, b, 22);
-        super::x86::q5(&blk[6..], u32_at(blk, 2), 16, w)
+        super::x86::q5(&blk[6..], u32_at(blk, 2), 0, w)
     }
 }
 
@@ -397,14 +401,16 @@ impl Block for Q5K {
 pub struct Q6K;
 impl Block for Q6K {
     const ELEMS: usize = 256;
-    const HAS_MIN: bool = false;
+    const HAS_MIN: bool = true;
+    const UNSIGNED: bool = true;
     const SCALE16: bool = true;
     #[inline(always)]
     fn scales(src: &RowSrc, b: usize, u: &mut Unpacked) {
         let blk = block(src, b, 210);
         let d = f16_at(blk, 208);
-        for (s, &c) in u.sc.iter_mut().zip(&blk[192..208]) {
+        for ((s, m), &c) in u.sc.iter_mut().zip(&mut u.mn).zip(&blk[192..208]) {
             *s = d * c as i8 as f32;
+            *m = -32.0 * *s;
         }
     }
     #[inline(always)]
@@ -417,7 +423,7 @@ impl Block for Q6K {
                 let q = &mut q[128 * h + 32 * s..][..32];
                 for l in 0..32 {
                     let v = ((ql[l] >> low_shift) & 0xF) | ((qh[l] >> (2 * s)) & 3) << 4;
-                    q[l] = v as i8 - 32;
+                    q[l] = v as i8;
                 }
             }
         }

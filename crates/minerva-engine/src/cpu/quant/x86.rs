@@ -214,7 +214,7 @@ unsafe fn fp4(codes: __m256i) -> __m256i {
 
 #[inline(always)]
 pub unsafe fn q4_0(blk: &[u8], w: &mut [__m256i; 8]) {
-    w[0] = _mm256_sub_epi8(split16(&blk[2..]), _mm256_set1_epi8(8));
+    w[0] = split16(&blk[2..]);
 }
 
 #[inline(always)]
@@ -252,7 +252,7 @@ pub unsafe fn q5_k(qh: &[u8], qs: &[u8], w: &mut [__m256i; 8]) {
 
 #[inline(always)]
 pub unsafe fn q6_k(blk: &[u8], w: &mut [__m256i; 8]) {
-    let (three, bias) = (_mm256_set1_epi8(3), _mm256_set1_epi8(32));
+    let three = _mm256_set1_epi8(3);
     for h in 0..2 {
         let (ql0, ql1) = (load32(&blk[64 * h..]), load32(&blk[64 * h + 32..]));
         let qh = load32(&blk[128 + 32 * h..]);
@@ -265,8 +265,7 @@ pub unsafe fn q6_k(blk: &[u8], w: &mut [__m256i; 8]) {
         for (s, low) in low.into_iter().enumerate() {
             let top =
                 _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s as i32)), three);
-            let v = _mm256_or_si256(low, _mm256_slli_epi16(top, 4));
-            w[4 * h + s] = _mm256_sub_epi8(v, bias);
+            w[4 * h + s] = _mm256_or_si256(low, _mm256_slli_epi16(top, 4));
         }
     }
 }
