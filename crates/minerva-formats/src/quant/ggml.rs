@@ -135,7 +135,8 @@ fn q3_k(b: &[u8], out: &mut [f32]) {
 }
 
 /// The eight 6-bit (scale, min) pairs of Q4_K/Q5_K packed in 12 bytes.
-fn k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
+#[inline]
+pub fn k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
     if j < 4 {
         (s[j] & 0x3F, s[j + 4] & 0x3F)
     } else {

@@ -4,7 +4,8 @@ use crate::dtype::DType;
 use half::{bf16, f16};
 
 /// Element `i` of a buffer of scales or biases stored as `dtype` (BF16, F16 or F32).
-fn scalar_at(dtype: DType, bytes: &[u8], i: usize) -> f32 {
+#[inline]
+pub fn scalar_at(dtype: DType, bytes: &[u8], i: usize) -> f32 {
     match dtype {
         DType::BF16 => bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32(),
         DType::F16 => f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32(),

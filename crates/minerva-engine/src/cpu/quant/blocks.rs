@@ -5,7 +5,8 @@
 //! The layouts mirror the reference decoders in `minerva_formats::quant`; the kernel tests
 //! check every type against them.
 
-use half::{bf16, f16};
+use minerva_formats::quant::ggml::k_scale_min;
+use minerva_formats::quant::mlx::scalar_at;
 use minerva_formats::quant::mxfp4::e8m0_to_f32;
 use minerva_formats::DType;
 
@@ -319,19 +320,6 @@ impl Block for Q3K {
     }
 }
 
-/// The eight 6-bit (scale, min) pairs of Q4_K/Q5_K packed in 12 bytes.
-#[inline(always)]
-fn k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (s[j] & 0x3F, s[j + 4] & 0x3F)
-    } else {
-        (
-            (s[j + 4] & 0xF) | ((s[j - 4] >> 2) & 0x30),
-            (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30),
-        )
-    }
-}
-
 /// Q4_K and Q5_K scales: d and dmin, then eight packed (scale, min) pairs.
 #[inline(always)]
 fn k_scales(blk: &[u8], u: &mut Unpacked) {
@@ -490,17 +478,6 @@ impl Block for PairsMxfp4 {
     }
 }
 
-/// A scale or bias of an MLX pack as f32.
-#[inline(always)]
-fn mlx_scalar(dtype: DType, bytes: &[u8], i: usize) -> f32 {
-    match dtype {
-        DType::BF16 => bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32(),
-        DType::F16 => f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32(),
-        DType::F32 => f32::from_bits(u32_at(bytes, 4 * i)),
-        _ => f32::NAN,
-    }
-}
-
 /// MLX affine packs of 2–8 bits in blocks of 32 values (groups are 32 or more, so a block
 /// lies in one group). Values are a little-endian bit stream; 8-bit values are stored as
 /// q − 128 with the bias raised by 128 · scale, so they fit an i8.
@@ -511,8 +488,8 @@ impl Block for MlxAffine {
     #[inline(always)]
     fn scale_min(src: &RowSrc, b: usize) -> (f32, f32) {
         let g = b * 32 / src.group.max(1);
-        let scale = mlx_scalar(src.scale_dtype, src.scales, g);
-        let bias = mlx_scalar(src.scale_dtype, src.biases, g);
+        let scale = scalar_at(src.scale_dtype, src.scales, g);
+        let bias = scalar_at(src.scale_dtype, src.biases, g);
         // 8-bit values are stored as q − 128 (see `values`).
         let shift = if src.bits == 8 { 128.0 * scale } else { 0.0 };
         (scale, bias + shift)
