@@ -35,10 +35,11 @@ def WebDriverWait(d, timeout):
     """Waits that look again when the UI redrew an element between finding and reading it."""
     return _Wait(d, timeout, poll_frequency=0.1,
                  ignored_exceptions=[StaleElementReferenceException])
-# SmolLM2's reply to "What is the capital of France?" starts on a near tie ("L" against "The",
-# 0.08 apart) that the CPU's 8-bit products decide for "L", as llama.cpp's do; asked this way,
-# both the f32 and the 8-bit paths say Paris.
-QUESTION = "Which city is the capital of France?"
+# SmolLM2's reply to "What is the capital of France?" starts on a near tie ("L" against "The")
+# that the CPU's 8-bit products decide for "L", as llama.cpp's do. Asked this way, the f32 and
+# the 8-bit paths both reply "The capital of France is Paris.", each token at least 1.0 ahead
+# of the next in log-probability.
+QUESTION = "Name the capital of France."
 
 
 def start_driver(env):
@@ -238,7 +239,7 @@ def second_run(d, args, shot):
     # After a restart: the conversation, its messages and their stats are still there.
     chat_screen(d)
     # (WebKit leaves an ellipsized title out of an element's visible text: find it by its text.)
-    title = "//aside[@aria-label='Conversations']//button[contains(text(),'Which city is the capital')]"
+    title = "//aside[@aria-label='Conversations']//button[contains(text(),'Name the capital')]"
     WebDriverWait(d, 30).until(lambda d: d.find_elements(By.XPATH, title))
     d.find_element(By.XPATH, title).click()
     WebDriverWait(d, 30).until(lambda d: any("Paris" in r.text for r in replies(d)))

@@ -5,8 +5,8 @@ chromedriver with Selenium, as a person uses the page. Screenshots go to --out.
   python3 tests/e2e/browser.py --minerva target/debug/minerva --model .cache/models/X.gguf --out DIR
 
 Checks: the server starts with the model loaded and answers /health; the page it serves talks to
-it over HTTP (commands and server-sent events); a new chat asked "Which city is the capital of
-France?" streams back a reply saying Paris; the Models screen lists the loaded model. Then a
+it over HTTP (commands and server-sent events); a new chat asked "Name the capital of
+France." streams back a reply saying Paris; the Models screen lists the loaded model. Then a
 second server (no UI) stands in for a remote OpenAI-compatible engine: added by its URL on the
 Models screen, its model shows among the remote models with its host, loads, and answers the
 same question with Paris. Both servers are stopped whatever happens; a failed step leaves

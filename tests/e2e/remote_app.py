@@ -9,7 +9,7 @@ the model stands in for the remote OpenAI-compatible engine. Screenshots go to -
 Checks: the engine, added by its URL on the Models screen, lists its model; the model shows
 among the remote models with the engine's host; clicking its name loads it without a card, and
 the load ends with a model on the "remote" backend at `<engine url>#<model id>`; the app opens a
-new chat with it, which, asked "Which city is the capital of France?" with temperature 0, replies with
+new chat with it, which, asked "Name the capital of France." with temperature 0, replies with
 Paris; the status bar says remote, and the Models screen lists it as loaded. The server and the
 app are stopped whatever happens; a failed step leaves remote-app-failure.png and exits with 1.
 """

@@ -26,10 +26,11 @@ from serving import Server  # noqa: E402
 
 import openai  # noqa: E402
 
-# SmolLM2's reply to "What is the capital of France?" starts on a near tie ("L" against "The",
-# 0.08 apart) that the CPU's 8-bit products decide for "L", as llama.cpp's do; asked this way,
-# both the f32 and the 8-bit paths say Paris.
-QUESTION = "Which city is the capital of France?"
+# SmolLM2's reply to "What is the capital of France?" starts on a near tie ("L" against "The")
+# that the CPU's 8-bit products decide for "L", as llama.cpp's do. Asked this way, the f32 and
+# the 8-bit paths both reply "The capital of France is Paris.", each token at least 1.0 ahead
+# of the next in log-probability.
+QUESTION = "Name the capital of France."
 KEY = "test-key-1234"
 
 
