@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::minerva;
+use common::{minerva, minerva_with};
 use std::path::Path;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
@@ -44,15 +44,19 @@ fn ids(arch: &str) -> String {
         .join(",")
 }
 
+/// `minerva score` logits with the CPU's f32 products: the references are float32 runs.
 fn score(model: &Path, ids: &str, out: &Path) -> Vec<f32> {
-    minerva(&[
-        "score",
-        model.to_str().unwrap(),
-        "--ids",
-        ids,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    minerva_with(
+        &[
+            "score",
+            model.to_str().unwrap(),
+            "--ids",
+            ids,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[("MINERVA_CPU_PRODUCTS", "f32")],
+    );
     f32_tensor(out, "logits")
 }
 

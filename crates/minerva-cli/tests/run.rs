@@ -18,8 +18,11 @@ fn reference_greedy(fixture: &str) -> Vec<u64> {
         .collect()
 }
 
+/// `minerva run --json` with the CPU's f32 products: the references are float32 runs, and a
+/// greedy step may sit on a near tie that 8-bit activations decide the other way.
 fn run_json(model: &Path, extra: &[&str]) -> serde_json::Value {
     let o = Command::new(env!("CARGO_BIN_EXE_minerva"))
+        .env("MINERVA_CPU_PRODUCTS", "f32")
         .arg("run")
         .arg(model)
         .args(["--prompt", PROMPT, "--max-tokens", "16", "--json"])

@@ -23,8 +23,9 @@ fn score_writes_reference_logits() {
     let out = dir.path().join("logits.safetensors");
     let model = Path::new(FIXTURES).join("qwen3/gguf-q8_0/qwen3-Q8_0.gguf");
     // The first five prompt ids of the fixture: causal attention makes their logits the
-    // reference's first five rows.
+    // reference's first five rows. The reference is a float32 run: the CPU's f32 products.
     let status = Command::new(env!("CARGO_BIN_EXE_minerva"))
+        .env("MINERVA_CPU_PRODUCTS", "f32")
         .args([
             "score",
             model.to_str().unwrap(),
