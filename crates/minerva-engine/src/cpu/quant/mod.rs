@@ -10,6 +10,8 @@
 
 mod blocks;
 mod dot;
+#[cfg(target_arch = "x86_64")]
+mod rows8;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -226,6 +228,21 @@ fn pick<B: Block>(lanes: Lanes) -> Kernel {
     }
 }
 
+/// [`pick`] for the block types of 32 values that have a kernel over eight rows at a time.
+#[cfg(target_arch = "x86_64")]
+fn pick32<B: rows8::Block32>(lanes: Lanes) -> Kernel {
+    match lanes {
+        Lanes::Vnni => rows8::vnni::<B>,
+        Lanes::Avx2 if !B::WIDE => rows8::avx2::<B>,
+        _ => pick::<B>(lanes),
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn pick32<B: Block>(lanes: Lanes) -> Kernel {
+    pick::<B>(lanes)
+}
+
 /// The integer kernel for a stored dtype on the chosen lanes, or None where only the
 /// reference path decodes it (f32/f16/bf16 weights, whose products stay in f32).
 pub fn kernel(dtype: DType) -> Option<Kernel> {
@@ -235,11 +252,11 @@ pub fn kernel(dtype: DType) -> Option<Kernel> {
 /// [`kernel`] on given lanes (which the processor must have: see [`Lanes::available`]).
 pub fn kernel_on(dtype: DType, lanes: Lanes) -> Option<Kernel> {
     Some(match dtype {
-        DType::Q4_0 => pick::<blocks::Q4_0>(lanes),
-        DType::Q4_1 => pick::<blocks::Q4_1>(lanes),
-        DType::Q5_0 => pick::<blocks::Q5_0>(lanes),
-        DType::Q5_1 => pick::<blocks::Q5_1>(lanes),
-        DType::Q8_0 => pick::<blocks::Q8_0>(lanes),
+        DType::Q4_0 => pick32::<blocks::Q4_0>(lanes),
+        DType::Q4_1 => pick32::<blocks::Q4_1>(lanes),
+        DType::Q5_0 => pick32::<blocks::Q5_0>(lanes),
+        DType::Q5_1 => pick32::<blocks::Q5_1>(lanes),
+        DType::Q8_0 => pick32::<blocks::Q8_0>(lanes),
         DType::Q2_K => pick::<blocks::Q2K>(lanes),
         DType::Q3_K => pick::<blocks::Q3K>(lanes),
         DType::Q4_K => pick::<blocks::Q4K>(lanes),

@@ -38,7 +38,7 @@ unsafe fn hsum(acc: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-struct Avx2;
+pub(super) struct Avx2;
 
 impl Lanes for Avx2 {
     type W = __m256i;
@@ -71,7 +71,7 @@ impl Lanes for Avx2 {
 }
 
 /// The same lanes with the byte products summed by one `dpbusd` (AVX-512 VNNI on 256 bits).
-struct Vnni;
+pub(super) struct Vnni;
 
 impl Lanes for Vnni {
     type W = __m256i;
@@ -130,7 +130,9 @@ pub fn vnni<B: Block>(rows: &Rows, js: std::ops::Range<usize>, x: &QuantX, out: 
 }
 
 pub fn has_avx2() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
 }
 
 pub fn has_vnni() -> bool {
@@ -168,7 +170,7 @@ unsafe fn high_nibbles(v: __m256i) -> __m256i {
 
 /// 16 bytes → 32 nibbles, ggml order: element j low nibble of byte j, j + 16 its high one.
 #[inline(always)]
-unsafe fn split16(b: &[u8]) -> __m256i {
+pub(super) unsafe fn split16(b: &[u8]) -> __m256i {
     debug_assert!(b.len() >= 16);
     let v = _mm_loadu_si128(b.as_ptr() as *const __m128i);
     let m = _mm_set1_epi8(0x0F);

@@ -1,0 +1,418 @@
+//! Prompts (two tokens or more) eight weight rows at a time, for the ggml block types of 32
+//! values with one scale (and min) each: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0. Each row group's values
+//! are unpacked once per block for four tokens; for each token the eight rows' byte products
+//! are summed into one register (a row per lane) and a single float step scales all eight by
+//! their weight scales, gathered in one load. A row at a time spends most of its instructions
+//! on that float step (a scale decoded, broadcast, multiplied, a min added) for every 32
+//! values.
+//!
+//! Every value is made unsigned, its offset folded into the min: Q4_0's `q − 8` is `q` with
+//! the min `−8·d`, Q8_0's signed bytes are `q + 128` with the min `−128·d`. The min then
+//! costs one multiply-add per eight rows against the activation block's `d·Σq`.
+
+use super::blocks::{Block, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use super::dot::rows_loop;
+use super::x86::{self, Avx2, Vnni};
+use super::{QuantX, Rows};
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// Rows per pass.
+const R: usize = 8;
+/// Tokens per pass, each with one accumulator for the eight rows.
+const T: usize = 4;
+/// Tokens whose activations stay in the caches while every group of rows passes over them.
+const CHUNK: usize = 64;
+
+/// A block type of 32 values with its scale (and min) as f16 at the block's start.
+pub(super) trait Block32: Block {
+    const BYTES: usize;
+    /// Values reach past 127, where AVX2's byte products (pairs summed in i16) saturate.
+    const WIDE: bool = false;
+    /// Where the block's 16 bytes of nibbles start, for the types whose values are nibbles
+    /// split in ggml's order (element j in the low nibble of byte j, j + 16 in its high one);
+    /// 0 for the others. Two such rows unpack into one register pair: half the work.
+    const NIBBLES_AT: usize = 0;
+    /// Which row each lane of the summed products holds.
+    const LANE_ROWS: [usize; R] = if Self::NIBBLES_AT > 0 {
+        [0, 2, 4, 6, 1, 3, 5, 7]
+    } else {
+        [0, 1, 2, 3, 4, 5, 6, 7]
+    };
+    /// The block's 32 values, unsigned.
+    ///
+    /// # Safety
+    /// `p` points at a whole block; the processor has AVX2.
+    unsafe fn values32(p: *const u8) -> __m256i;
+    /// Eight rows' scales and mins, of the blocks at `p + idx[r]`.
+    ///
+    /// # Safety
+    /// Each `p + idx[r]` points at a whole block; the processor has AVX2 and F16C.
+    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256);
+}
+
+/// The 4-byte lane at each block's start.
+#[inline(always)]
+unsafe fn gather(p: *const u8, idx: __m256i) -> __m256i {
+    _mm256_i32gather_epi32::<1>(p as *const i32, idx)
+}
+
+/// The two f16 halves of each 32-bit lane, as f32: (low halves, high halves).
+#[inline(always)]
+unsafe fn halves(g: __m256i) -> (__m256, __m256) {
+    // Low halves to the low 8 bytes of each 128-bit lane, high halves to the high 8 bytes.
+    let order = _mm256_setr_epi8(
+        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, //
+        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+    );
+    let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(g, order));
+    (
+        _mm256_cvtph_ps(_mm256_castsi256_si128(v)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(v)),
+    )
+}
+
+/// (d, offset · d) for the types whose min is a fixed offset.
+#[inline(always)]
+unsafe fn offset_scales(p: *const u8, idx: __m256i, offset: f32) -> (__m256, __m256) {
+    let (d, _) = halves(gather(p, idx));
+    (d, _mm256_mul_ps(d, _mm256_set1_ps(offset)))
+}
+
+#[inline(always)]
+unsafe fn bytes<'a>(p: *const u8, n: usize) -> &'a [u8] {
+    std::slice::from_raw_parts(p, n)
+}
+
+#[inline(always)]
+unsafe fn q5_values(p: *const u8, qh_at: usize, qs_at: usize) -> __m256i {
+    let qh = u32::from_le_bytes(*(p.add(qh_at) as *const [u8; 4]));
+    let mut w = [_mm256_setzero_si256(); 8];
+    x86::q5(bytes(p.add(qs_at), 16), qh, 0, &mut w);
+    w[0]
+}
+
+impl Block32 for Q4_0 {
+    const BYTES: usize = 18;
+    const NIBBLES_AT: usize = 2;
+    #[inline(always)]
+    unsafe fn values32(p: *const u8) -> __m256i {
+        x86::split16(bytes(p.add(2), 16))
+    }
+    #[inline(always)]
+    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
+        offset_scales(p, idx, -8.0)
+    }
+}
+
+impl Block32 for Q4_1 {
+    const BYTES: usize = 20;
+    const NIBBLES_AT: usize = 4;
+    #[inline(always)]
+    unsafe fn values32(p: *const u8) -> __m256i {
+        x86::split16(bytes(p.add(4), 16))
+    }
+    #[inline(always)]
+    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
+        halves(gather(p, idx))
+    }
+}
+
+impl Block32 for Q5_0 {
+    const BYTES: usize = 22;
+    #[inline(always)]
+    unsafe fn values32(p: *const u8) -> __m256i {
+        q5_values(p, 2, 6)
+    }
+    #[inline(always)]
+    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
+        offset_scales(p, idx, -16.0)
+    }
+}
+
+impl Block32 for Q5_1 {
+    const BYTES: usize = 24;
+    #[inline(always)]
+    unsafe fn values32(p: *const u8) -> __m256i {
+        q5_values(p, 4, 8)
+    }
+    #[inline(always)]
+    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
+        halves(gather(p, idx))
+    }
+}
+
+impl Block32 for Q8_0 {
+    const BYTES: usize = 34;
+    const WIDE: bool = true;
+    #[inline(always)]
+    unsafe fn values32(p: *const u8) -> __m256i {
+        _mm256_xor_si256(x86::load32(bytes(p.add(2), 32)), _mm256_set1_epi8(-128))
+    }
+    #[inline(always)]
+    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
+        offset_scales(p, idx, -128.0)
+    }
+}
+
+/// Sums of unsigned × signed byte products, four to a 32-bit lane.
+pub(super) trait Dot4 {
+    /// # Safety
+    /// The processor has the lanes' features.
+    unsafe fn dot(w: __m256i, x: __m256i) -> __m256i;
+    /// `dot(w0, x0) + dot(w1, x1)`, for values below 16.
+    ///
+    /// # Safety
+    /// As `dot`.
+    unsafe fn dot2(w0: __m256i, x0: __m256i, w1: __m256i, x1: __m256i) -> __m256i;
+}
+
+impl Dot4 for Vnni {
+    #[inline(always)]
+    unsafe fn dot(w: __m256i, x: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x)
+    }
+    #[inline(always)]
+    unsafe fn dot2(w0: __m256i, x0: __m256i, w1: __m256i, x1: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(Self::dot(w0, x0), w1, x1)
+    }
+}
+
+impl Dot4 for Avx2 {
+    #[inline(always)]
+    unsafe fn dot(w: __m256i, x: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+    }
+    #[inline(always)]
+    unsafe fn dot2(w0: __m256i, x0: __m256i, w1: __m256i, x1: __m256i) -> __m256i {
+        // Values below 16: four products of one i16 lane stay under 2^14.
+        let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0), _mm256_maddubs_epi16(w1, x1));
+        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+    }
+}
+
+/// Eight rows' lanes summed: lane r of the result is the sum of `p[r]`'s lanes.
+#[inline(always)]
+unsafe fn across(p: [__m256i; R]) -> __m256i {
+    let a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    let b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    // a: rows 0–3 over lanes 0–3, then over lanes 4–7; b the same for rows 4–7.
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(a, b),
+        _mm256_permute2x128_si256::<0x31>(a, b),
+    )
+}
+
+/// Four registers of two rows each (lanes 0–3 one row, 4–7 the other) summed: lanes hold
+/// rows 0, 2, 4, 6, 1, 3, 5, 7 (`NIBBLES_AT` types' `LANE_ROWS`).
+#[inline(always)]
+unsafe fn across_pairs(v: [__m256i; R / 2]) -> __m256i {
+    _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]))
+}
+
+/// Two rows' nibbles in two registers: (elements 0–15 of each, elements 16–31 of each).
+#[inline(always)]
+unsafe fn nibble_pair(q0: *const u8, q1: *const u8) -> (__m256i, __m256i) {
+    let v = _mm256_inserti128_si256::<1>(
+        _mm256_castsi128_si256(_mm_loadu_si128(q0 as *const __m128i)),
+        _mm_loadu_si128(q1 as *const __m128i),
+    );
+    let m = _mm256_set1_epi8(0x0F);
+    (
+        _mm256_and_si256(v, m),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m),
+    )
+}
+
+/// Where a group of eight rows is: the first row's bytes, and each row's offset from it.
+struct Group {
+    p: *const u8,
+    off: [isize; R],
+    idx: __m256i,
+}
+
+/// Eight rows against tokens `t0..t0 + TT`: lane l of result k is row `B::LANE_ROWS[l]`'s product with
+/// `t0 + k`. Where `ahead` is not null, the next group's rows start there, contiguous, and are
+/// fetched into the cache meanwhile.
+#[inline(always)]
+unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
+    g: &Group,
+    ahead: *const u8,
+    x: &QuantX,
+    t0: usize,
+) -> [__m256; TT] {
+    let xblocks = x.blocks();
+    let mut acc = [_mm256_setzero_ps(); TT];
+    for b in 0..xblocks {
+        let p = g.p.add(b * B::BYTES);
+        if !ahead.is_null() {
+            // The next group's bytes, in order, a share per block, into L2: eight rows read
+            // side by side are not a stream the hardware prefetchers follow (fetching into
+            // L1 gained less).
+            let lines = (R * B::BYTES).div_ceil(64);
+            for i in 0..lines {
+                let at = ahead.wrapping_add((b * lines + i) * 64);
+                _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
+            }
+        }
+        // Plain loops, not `array::from_fn`: its closure would not inherit the target
+        // features, and each value would become a call.
+        let mut w = [_mm256_setzero_si256(); R];
+        if B::NIBBLES_AT > 0 {
+            for i in 0..R / 2 {
+                let at = |r: usize| p.offset(g.off[r]).add(B::NIBBLES_AT);
+                (w[2 * i], w[2 * i + 1]) = nibble_pair(at(2 * i), at(2 * i + 1));
+            }
+        } else {
+            for (w, &o) in w.iter_mut().zip(&g.off) {
+                *w = B::values32(p.offset(o));
+            }
+        }
+        let (d, mn) = B::scales8(p, g.idx);
+        for (k, a) in acc.iter_mut().enumerate() {
+            let t = t0 + k;
+            let xq = x.q.as_ptr().add(t * x.len + 32 * b);
+            let sums = if B::NIBBLES_AT > 0 {
+                let half = |at: usize| {
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(xq.add(at) as *const __m128i))
+                };
+                let (lo, hi) = (half(0), half(16));
+                let mut v = [_mm256_setzero_si256(); R / 2];
+                for (i, v) in v.iter_mut().enumerate() {
+                    *v = D::dot2(w[2 * i], lo, w[2 * i + 1], hi);
+                }
+                across_pairs(v)
+            } else {
+                let xv = _mm256_loadu_si256(xq as *const __m256i);
+                let mut p = [_mm256_setzero_si256(); R];
+                for (p, &w) in p.iter_mut().zip(&w) {
+                    *p = D::dot(w, xv);
+                }
+                across(p)
+            };
+            let sums = _mm256_cvtepi32_ps(sums);
+            let dx = _mm256_set1_ps(*x.d.get_unchecked(t * xblocks + b));
+            let s = x.s.as_ptr().add(t * 2 * xblocks + 2 * b);
+            *a = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, dx), *a);
+            *a = _mm256_fmadd_ps(mn, _mm256_set1_ps(*s + *s.add(1)), *a);
+        }
+    }
+    acc
+}
+
+/// Rows `js` of `rows` in groups of eight, every token of `x`, into `out[(j − js.start)·n + t]`;
+/// returns how many rows it did (the rest, fewer than eight or rows too far apart for a
+/// 32-bit offset, are left).
+#[inline(always)]
+unsafe fn groups<B: Block32, D: Dot4>(
+    rows: &Rows,
+    js: Range<usize>,
+    x: &QuantX,
+    out: &mut [f32],
+) -> usize {
+    let n = x.n;
+    let count = js.len() / R;
+    let group = |g: usize| -> Option<Group> {
+        let first = js.start + g * R;
+        let p = rows.src(first).w.as_ptr();
+        let off: [isize; R] =
+            std::array::from_fn(|r| rows.src(first + r).w.as_ptr().offset_from(p));
+        let mut idx = [0i32; R];
+        for (i, &r) in idx.iter_mut().zip(&B::LANE_ROWS) {
+            *i = i32::try_from(off[r]).ok().filter(|&o| o >= 0)?;
+        }
+        Some(Group {
+            p,
+            off,
+            idx: _mm256_loadu_si256(idx.as_ptr() as *const __m256i),
+        })
+    };
+    let Some(all) = (0..count).map(group).collect::<Option<Vec<Group>>>() else {
+        return 0;
+    };
+    let mut put = |g: usize, t0: usize, acc: &[__m256]| {
+        for (k, a) in acc.iter().enumerate() {
+            let mut lanes = [0f32; R];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), *a);
+            for (&r, v) in B::LANE_ROWS.iter().zip(lanes) {
+                out[(g * R + r) * n + t0 + k] = v;
+            }
+        }
+    };
+    // Where rows follow each other, the next group's bytes start where this group's end.
+    let row_bytes = x.blocks() * B::BYTES;
+    let contiguous = |g: &Group| {
+        g.off
+            .iter()
+            .enumerate()
+            .all(|(r, &o)| o == (r * row_bytes) as isize)
+    };
+    let aheads: Vec<*const u8> = (0..all.len())
+        .map(|g| match all.get(g + 1) {
+            Some(next) if contiguous(next) => next.p,
+            _ => std::ptr::null(),
+        })
+        .collect();
+    for c0 in (0..n).step_by(CHUNK) {
+        let c1 = (c0 + CHUNK).min(n);
+        for (gi, g) in all.iter().enumerate() {
+            let mut t = c0;
+            let mut ahead = aheads[gi];
+            while t + T <= c1 {
+                put(gi, t, &pass::<B, D, T>(g, ahead, x, t));
+                ahead = std::ptr::null();
+                t += T;
+            }
+            match c1 - t {
+                3 => put(gi, t, &pass::<B, D, 3>(g, ahead, x, t)),
+                2 => put(gi, t, &pass::<B, D, 2>(g, ahead, x, t)),
+                1 => put(gi, t, &pass::<B, D, 1>(g, ahead, x, t)),
+                _ => {}
+            }
+        }
+    }
+    count * R
+}
+
+#[inline(always)]
+unsafe fn run<B: Block32, L: Dot4 + super::dot::Lanes>(
+    rows: &Rows,
+    js: Range<usize>,
+    x: &QuantX,
+    out: &mut [f32],
+) {
+    // One token reads each weight once and waits on memory: a row at a time is one stream
+    // the hardware prefetchers follow, and decodes faster than eight side by side.
+    let done = if x.n >= 2 {
+        groups::<B, L>(rows, js.clone(), x, out)
+    } else {
+        0
+    };
+    rows_loop::<B, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn entry_vnni<B: Block32>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+    run::<B, Vnni>(rows, js, x, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn entry_avx2<B: Block32>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+    run::<B, Avx2>(rows, js, x, out)
+}
+
+/// VNNI products for block type `B`, eight rows at a time; handed out only where
+/// `x86::has_vnni()`.
+pub fn vnni<B: Block32>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+    debug_assert!(x86::has_vnni());
+    // SAFETY: only reachable when the processor has AVX2, FMA, F16C and AVX-512 VNNI with VL.
+    unsafe { entry_vnni::<B>(rows, js, x, out) }
+}
+
+/// AVX2 products for block type `B` (not `WIDE`), eight rows at a time; handed out only
+/// where `x86::has_avx2()`.
+pub fn avx2<B: Block32>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+    debug_assert!(x86::has_avx2() && !B::WIDE);
+    // SAFETY: only reachable when the processor has AVX2, FMA and F16C.
+    unsafe { entry_avx2::<B>(rows, js, x, out) }
+}
