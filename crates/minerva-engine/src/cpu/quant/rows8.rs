@@ -1,10 +1,14 @@
-//! Prompts (two tokens or more) eight weight rows at a time, for the ggml block types of 32
-//! values with one scale (and min) each: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0. Each row group's values
-//! are unpacked once per block for four tokens; for each token the eight rows' byte products
-//! are summed into one register (a row per lane) and a single float step scales all eight by
-//! their weight scales, gathered in one load. A row at a time spends most of its instructions
-//! on that float step (a scale decoded, broadcast, multiplied, a min added) for every 32
-//! values.
+//! Products over several weight rows or blocks at once, for the ggml block types of 32 values
+//! with one scale (and min) each: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0. A row and a block at a time
+//! spends most of its instructions on the float step (a scale decoded, broadcast, multiplied,
+//! a min added) for every 32 values.
+//!
+//! - Prompts (two tokens or more): eight rows at a time. Each group's values are unpacked once
+//!   per block for four tokens; for each token the eight rows' byte products are summed into
+//!   one register (a row per lane) and one float step scales all eight by their weight
+//!   scales, gathered in one load.
+//! - One token (Q4_0, Q4_1): a row at a time, two blocks per register, one float step per two
+//!   blocks.
 //!
 //! Every value is made unsigned, its offset folded into the min: Q4_0's `q − 8` is `q` with
 //! the min `−8·d`, Q8_0's signed bytes are `q + 128` with the min `−128·d`. The min then
@@ -44,17 +48,46 @@ pub(super) trait Block32: Block {
     /// # Safety
     /// `p` points at a whole block; the processor has AVX2.
     unsafe fn values32(p: *const u8) -> __m256i;
+    /// The min as a multiple of the scale (Q4_0's −8), or None where the block stores its
+    /// min as f16 after the scale.
+    const OFFSET: Option<f32>;
+
+    /// The min from the scale, or the stored one.
+    #[inline(always)]
+    unsafe fn min(d: __m256, stored: __m256) -> __m256 {
+        match Self::OFFSET {
+            Some(o) => _mm256_mul_ps(d, _mm256_set1_ps(o)),
+            None => stored,
+        }
+    }
+
     /// Eight rows' scales and mins, of the blocks at `p + idx[r]`.
     ///
     /// # Safety
     /// Each `p + idx[r]` points at a whole block; the processor has AVX2 and F16C.
-    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256);
-}
+    #[inline(always)]
+    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
+        let (d, m) = halves(_mm256_i32gather_epi32::<1>(p as *const i32, idx));
+        (d, Self::min(d, m))
+    }
 
-/// The 4-byte lane at each block's start.
-#[inline(always)]
-unsafe fn gather(p: *const u8, idx: __m256i) -> __m256i {
-    _mm256_i32gather_epi32::<1>(p as *const i32, idx)
+    /// Two rows' scales and mins, of the blocks at `p0` and `p1`, each in four lanes: lanes
+    /// 0–3 the first row's, 4–7 the second's.
+    ///
+    /// # Safety
+    /// `p0` and `p1` point at whole blocks; the processor has AVX2 and F16C.
+    #[inline(always)]
+    unsafe fn scales2(p0: *const u8, p1: *const u8) -> (__m256, __m256) {
+        let (a, b) = (
+            (p0 as *const i32).read_unaligned(),
+            (p1 as *const i32).read_unaligned(),
+        );
+        // [d0, m0, d1, m1], then each spread over its row's four lanes.
+        let v = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_setr_epi32(a, b, 0, 0)));
+        let d = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+        let m = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+        (d, Self::min(d, m))
+    }
 }
 
 /// The two f16 halves of each 32-bit lane, as f32: (low halves, high halves).
@@ -72,13 +105,6 @@ unsafe fn halves(g: __m256i) -> (__m256, __m256) {
     )
 }
 
-/// (d, offset · d) for the types whose min is a fixed offset.
-#[inline(always)]
-unsafe fn offset_scales(p: *const u8, idx: __m256i, offset: f32) -> (__m256, __m256) {
-    let (d, _) = halves(gather(p, idx));
-    (d, _mm256_mul_ps(d, _mm256_set1_ps(offset)))
-}
-
 #[inline(always)]
 unsafe fn bytes<'a>(p: *const u8, n: usize) -> &'a [u8] {
     std::slice::from_raw_parts(p, n)
@@ -94,64 +120,49 @@ unsafe fn q5_values(p: *const u8, qh_at: usize, qs_at: usize) -> __m256i {
 
 impl Block32 for Q4_0 {
     const BYTES: usize = 18;
+    const OFFSET: Option<f32> = Some(-8.0);
     const NIBBLES_AT: usize = 2;
     #[inline(always)]
     unsafe fn values32(p: *const u8) -> __m256i {
         x86::split16(bytes(p.add(2), 16))
     }
-    #[inline(always)]
-    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
-        offset_scales(p, idx, -8.0)
-    }
 }
 
 impl Block32 for Q4_1 {
     const BYTES: usize = 20;
+    const OFFSET: Option<f32> = None;
     const NIBBLES_AT: usize = 4;
     #[inline(always)]
     unsafe fn values32(p: *const u8) -> __m256i {
         x86::split16(bytes(p.add(4), 16))
     }
-    #[inline(always)]
-    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
-        halves(gather(p, idx))
-    }
 }
 
 impl Block32 for Q5_0 {
     const BYTES: usize = 22;
+    const OFFSET: Option<f32> = Some(-16.0);
     #[inline(always)]
     unsafe fn values32(p: *const u8) -> __m256i {
         q5_values(p, 2, 6)
-    }
-    #[inline(always)]
-    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
-        offset_scales(p, idx, -16.0)
     }
 }
 
 impl Block32 for Q5_1 {
     const BYTES: usize = 24;
+    const OFFSET: Option<f32> = None;
     #[inline(always)]
     unsafe fn values32(p: *const u8) -> __m256i {
         q5_values(p, 4, 8)
-    }
-    #[inline(always)]
-    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
-        halves(gather(p, idx))
     }
 }
 
 impl Block32 for Q8_0 {
     const BYTES: usize = 34;
+    const OFFSET: Option<f32> = Some(-128.0);
     const WIDE: bool = true;
     #[inline(always)]
     unsafe fn values32(p: *const u8) -> __m256i {
         _mm256_xor_si256(x86::load32(bytes(p.add(2), 32)), _mm256_set1_epi8(-128))
-    }
-    #[inline(always)]
-    unsafe fn scales8(p: *const u8, idx: __m256i) -> (__m256, __m256) {
-        offset_scales(p, idx, -128.0)
     }
 }
 
@@ -208,6 +219,12 @@ unsafe fn across(p: [__m256i; R]) -> __m256i {
 #[inline(always)]
 unsafe fn across_pairs(v: [__m256i; R / 2]) -> __m256i {
     _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]))
+}
+
+/// 16 activations in both halves of a register, against two rows' nibbles.
+#[inline(always)]
+unsafe fn both_halves(p: *const i8) -> __m256i {
+    _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i))
 }
 
 /// Two rows' nibbles in two registers: (elements 0–15 of each, elements 16–31 of each).
@@ -273,10 +290,7 @@ unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
             let t = t0 + k;
             let xq = x.q.as_ptr().add(t * x.len + 32 * b);
             let sums = if B::NIBBLES_AT > 0 {
-                let half = |at: usize| {
-                    _mm256_broadcastsi128_si256(_mm_loadu_si128(xq.add(at) as *const __m128i))
-                };
-                let (lo, hi) = (half(0), half(16));
+                let (lo, hi) = (both_halves(xq), both_halves(xq.add(16)));
                 let mut v = [_mm256_setzero_si256(); R / 2];
                 for (i, v) in v.iter_mut().enumerate() {
                     *v = D::dot2(w[2 * i], lo, w[2 * i + 1], hi);
@@ -374,6 +388,52 @@ unsafe fn groups<B: Block32, D: Dot4>(
     count * R
 }
 
+/// One token's products for the nibble types, a row at a time (one stream the hardware
+/// prefetchers follow: rows read side by side decode slower), two blocks per register pair:
+/// lanes 0–3 hold block b's sums, 4–7 block b + 1's, and the float step is per two blocks.
+/// The lanes are summed once at the end. Returns how many rows it did from `js.start`.
+#[inline(always)]
+unsafe fn one_token<B: Block32, D: Dot4>(
+    rows: &Rows,
+    js: Range<usize>,
+    x: &QuantX,
+    out: &mut [f32],
+) -> usize {
+    let blocks = x.blocks();
+    if !blocks.is_multiple_of(2) {
+        return 0;
+    }
+    let (spread, done) = (_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), js.len());
+    for (o, j) in out.iter_mut().zip(js) {
+        let row = rows.src(j).w.as_ptr();
+        // Products and mins in two accumulators: two chains of multiply-adds, not one.
+        let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for b in (0..blocks).step_by(2) {
+            let (q0, q1) = (row.add(b * B::BYTES), row.add((b + 1) * B::BYTES));
+            let (w0, w1) = nibble_pair(q0.add(B::NIBBLES_AT), q1.add(B::NIBBLES_AT));
+            let xa = _mm256_loadu_si256(x.q.as_ptr().add(32 * b) as *const __m256i);
+            let xb = _mm256_loadu_si256(x.q.as_ptr().add(32 * b + 32) as *const __m256i);
+            let lo = _mm256_permute2x128_si256::<0x20>(xa, xb);
+            let hi = _mm256_permute2x128_si256::<0x31>(xa, xb);
+            let sums = _mm256_cvtepi32_ps(D::dot2(w0, lo, w1, hi));
+            let (d, mn) = B::scales2(q0, q1);
+            let dx = _mm_castsi128_ps(_mm_loadl_epi64(x.d.as_ptr().add(b) as *const __m128i));
+            let dx = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dx), spread);
+            // d·Σq per 16 → per block, a quarter in each of its four lanes.
+            let s = _mm_loadu_ps(x.s.as_ptr().add(2 * b));
+            let s = _mm_mul_ps(_mm_hadd_ps(s, s), _mm_set1_ps(0.25));
+            let sx = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s), spread);
+            acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, dx), acc);
+            mins = _mm256_fmadd_ps(mn, sx, mins);
+        }
+        let v = _mm256_add_ps(acc, mins);
+        let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+        *o = _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps::<1>(v, v)));
+    }
+    done
+}
+
 #[inline(always)]
 unsafe fn run<B: Block32, L: Dot4 + super::dot::Lanes>(
     rows: &Rows,
@@ -385,6 +445,8 @@ unsafe fn run<B: Block32, L: Dot4 + super::dot::Lanes>(
     // the hardware prefetchers follow, and decodes faster than eight side by side.
     let done = if x.n >= 2 {
         groups::<B, L>(rows, js.clone(), x, out)
+    } else if B::NIBBLES_AT > 0 {
+        one_token::<B, L>(rows, js.clone(), x, out)
     } else {
         0
     };
