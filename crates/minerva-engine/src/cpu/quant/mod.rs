@@ -11,7 +11,7 @@
 mod blocks;
 mod dot;
 #[cfg(target_arch = "x86_64")]
-mod rows8;
+mod block32;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -230,10 +230,10 @@ fn pick<B: Block>(lanes: Lanes) -> Kernel {
 
 /// [`pick`] for the block types of 32 values that have a kernel over eight rows at a time.
 #[cfg(target_arch = "x86_64")]
-fn pick32<B: rows8::Block32>(lanes: Lanes) -> Kernel {
+fn pick32<B: block32::Block32>(lanes: Lanes) -> Kernel {
     match lanes {
-        Lanes::Vnni => rows8::vnni::<B>,
-        Lanes::Avx2 if !B::WIDE => rows8::avx2::<B>,
+        Lanes::Vnni => block32::vnni::<B>,
+        Lanes::Avx2 if !B::WIDE => block32::avx2::<B>,
         _ => pick::<B>(lanes),
     }
 }
