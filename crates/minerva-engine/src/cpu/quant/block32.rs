@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 /// Rows per pass.
-const R: usize = 8;
+pub(super) const R: usize = 8;
 /// Tokens per pass, each with one accumulator for the eight rows.
 const T: usize = 4;
 /// Tokens whose activations stay in the caches while every group of rows passes over them.
@@ -204,7 +204,7 @@ impl Dot4 for Avx2 {
 
 /// Eight rows' lanes summed: lane r of the result is the sum of `p[r]`'s lanes.
 #[inline(always)]
-unsafe fn across(p: [__m256i; R]) -> __m256i {
+pub(super) unsafe fn across(p: [__m256i; R]) -> __m256i {
     let a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
     let b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
     // a: rows 0–3 over lanes 0–3, then over lanes 4–7; b the same for rows 4–7.
@@ -241,16 +241,69 @@ unsafe fn nibble_pair(q0: *const u8, q1: *const u8) -> (__m256i, __m256i) {
     )
 }
 
-/// Where a group of eight rows is: the first row's bytes, and each row's offset from it.
-struct Group {
-    p: *const u8,
-    off: [isize; R],
-    idx: __m256i,
+/// Where a group of eight rows is: the first row's bytes, each row's offset from it, and
+/// the offsets as the lanes of the summed products order them.
+pub(super) struct Group {
+    pub p: *const u8,
+    pub off: [isize; R],
+    pub idx: __m256i,
 }
 
-/// Eight rows against tokens `t0..t0 + TT`: lane l of result k is row `B::LANE_ROWS[l]`'s product with
-/// `t0 + k`. Where `ahead` is not null, the next group's rows start there, contiguous, and are
-/// fetched into the cache meanwhile.
+/// One kind of pass of eight rows over a few tokens, for [`groups`].
+pub(super) trait Pass8 {
+    /// Which row each lane of a pass's results holds.
+    const LANE_ROWS: [usize; R];
+    /// Bytes of a stored row of `len` values.
+    fn row_bytes(len: usize) -> usize;
+    /// Eight rows against tokens `t0..t0 + TT`: lane l of result k is row `LANE_ROWS[l]`'s
+    /// product with token `t0 + k`. Where `ahead` is not null, the next group's rows start
+    /// there, contiguous, and are fetched into the cache meanwhile ([`fetch_share`]).
+    ///
+    /// # Safety
+    /// The group's rows hold `x.len` values each; the processor has `D`'s features.
+    unsafe fn pass<D: Dot4, const TT: usize>(
+        g: &Group,
+        ahead: *const u8,
+        x: &QuantX,
+        t0: usize,
+    ) -> [__m256; TT];
+}
+
+/// Share `i` of the next group's bytes (`bytes` per share for each row), into L2: eight
+/// rows read side by side are not a stream the hardware prefetchers follow (fetching into
+/// L1 gained less).
+#[inline(always)]
+pub(super) unsafe fn fetch_share(ahead: *const u8, i: usize, bytes: usize) {
+    if ahead.is_null() {
+        return;
+    }
+    let lines = (R * bytes).div_ceil(64);
+    for l in 0..lines {
+        let at = ahead.wrapping_add((i * lines + l) * 64);
+        _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
+    }
+}
+
+/// The pass over blocks of 32 values.
+struct ByBlock<B>(std::marker::PhantomData<B>);
+
+impl<B: Block32> Pass8 for ByBlock<B> {
+    const LANE_ROWS: [usize; R] = B::LANE_ROWS;
+    fn row_bytes(len: usize) -> usize {
+        len / 32 * B::BYTES
+    }
+    #[inline(always)]
+    unsafe fn pass<D: Dot4, const TT: usize>(
+        g: &Group,
+        ahead: *const u8,
+        x: &QuantX,
+        t0: usize,
+    ) -> [__m256; TT] {
+        pass::<B, D, TT>(g, ahead, x, t0)
+    }
+}
+
+/// [`Pass8::pass`] over blocks of 32.
 #[inline(always)]
 unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
     g: &Group,
@@ -262,16 +315,7 @@ unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
     let mut acc = [_mm256_setzero_ps(); TT];
     for b in 0..xblocks {
         let p = g.p.add(b * B::BYTES);
-        if !ahead.is_null() {
-            // The next group's bytes, in order, a share per block, into L2: eight rows read
-            // side by side are not a stream the hardware prefetchers follow (fetching into
-            // L1 gained less).
-            let lines = (R * B::BYTES).div_ceil(64);
-            for i in 0..lines {
-                let at = ahead.wrapping_add((b * lines + i) * 64);
-                _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
-            }
-        }
+        fetch_share(ahead, b, B::BYTES);
         // Plain loops, not `array::from_fn`: its closure would not inherit the target
         // features, and each value would become a call.
         let mut w = [_mm256_setzero_si256(); R];
@@ -318,7 +362,7 @@ unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
 /// returns how many rows it did (the rest, fewer than eight or rows too far apart for a
 /// 32-bit offset, are left).
 #[inline(always)]
-unsafe fn groups<B: Block32, D: Dot4>(
+pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
     rows: &Rows,
     js: Range<usize>,
     x: &QuantX,
@@ -332,7 +376,7 @@ unsafe fn groups<B: Block32, D: Dot4>(
         let off: [isize; R] =
             std::array::from_fn(|r| rows.src(first + r).w.as_ptr().offset_from(p));
         let mut idx = [0i32; R];
-        for (i, &r) in idx.iter_mut().zip(&B::LANE_ROWS) {
+        for (i, &r) in idx.iter_mut().zip(&P::LANE_ROWS) {
             *i = i32::try_from(off[r]).ok().filter(|&o| o >= 0)?;
         }
         Some(Group {
@@ -348,13 +392,13 @@ unsafe fn groups<B: Block32, D: Dot4>(
         for (k, a) in acc.iter().enumerate() {
             let mut lanes = [0f32; R];
             _mm256_storeu_ps(lanes.as_mut_ptr(), *a);
-            for (&r, v) in B::LANE_ROWS.iter().zip(lanes) {
+            for (&r, v) in P::LANE_ROWS.iter().zip(lanes) {
                 out[(g * R + r) * n + t0 + k] = v;
             }
         }
     };
     // Where rows follow each other, the next group's bytes start where this group's end.
-    let row_bytes = x.blocks() * B::BYTES;
+    let row_bytes = P::row_bytes(x.len);
     let contiguous = |g: &Group| {
         g.off
             .iter()
@@ -373,14 +417,14 @@ unsafe fn groups<B: Block32, D: Dot4>(
             let mut t = c0;
             let mut ahead = aheads[gi];
             while t + T <= c1 {
-                put(gi, t, &pass::<B, D, T>(g, ahead, x, t));
+                put(gi, t, &P::pass::<D, T>(g, ahead, x, t));
                 ahead = std::ptr::null();
                 t += T;
             }
             match c1 - t {
-                3 => put(gi, t, &pass::<B, D, 3>(g, ahead, x, t)),
-                2 => put(gi, t, &pass::<B, D, 2>(g, ahead, x, t)),
-                1 => put(gi, t, &pass::<B, D, 1>(g, ahead, x, t)),
+                3 => put(gi, t, &P::pass::<D, 3>(g, ahead, x, t)),
+                2 => put(gi, t, &P::pass::<D, 2>(g, ahead, x, t)),
+                1 => put(gi, t, &P::pass::<D, 1>(g, ahead, x, t)),
                 _ => {}
             }
         }
@@ -444,7 +488,7 @@ unsafe fn run<B: Block32, L: Dot4 + super::dot::Lanes>(
     // One token reads each weight once and waits on memory: a row at a time is one stream
     // the hardware prefetchers follow, and decodes faster than eight side by side.
     let done = if x.n >= 2 {
-        groups::<B, L>(rows, js.clone(), x, out)
+        groups::<ByBlock<B>, L>(rows, js.clone(), x, out)
     } else if B::NIBBLES_AT > 0 {
         one_token::<B, L>(rows, js.clone(), x, out)
     } else {

@@ -8,10 +8,12 @@
 //! about 0.3 % of `Σ|w·x|` in the worst case and far less on average (the kernel tests bound
 //! it per type).
 
+#[cfg(target_arch = "x86_64")]
+mod block32;
 mod blocks;
 mod dot;
 #[cfg(target_arch = "x86_64")]
-mod block32;
+mod ksuper;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -243,6 +245,21 @@ fn pick32<B: Block>(lanes: Lanes) -> Kernel {
     pick::<B>(lanes)
 }
 
+/// [`pick`] for the K-quants that have a kernel over eight rows at a time for prompts.
+#[cfg(target_arch = "x86_64")]
+fn pick_super<B: ksuper::Super>(lanes: Lanes) -> Kernel {
+    match lanes {
+        Lanes::Vnni => ksuper::vnni::<B>,
+        Lanes::Avx2 => ksuper::avx2::<B>,
+        _ => pick::<B>(lanes),
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn pick_super<B: Block>(lanes: Lanes) -> Kernel {
+    pick::<B>(lanes)
+}
+
 /// The integer kernel for a stored dtype on the chosen lanes, or None where only the
 /// reference path decodes it (f32/f16/bf16 weights, whose products stay in f32).
 pub fn kernel(dtype: DType) -> Option<Kernel> {
@@ -259,8 +276,8 @@ pub fn kernel_on(dtype: DType, lanes: Lanes) -> Option<Kernel> {
         DType::Q8_0 => pick32::<blocks::Q8_0>(lanes),
         DType::Q2_K => pick::<blocks::Q2K>(lanes),
         DType::Q3_K => pick::<blocks::Q3K>(lanes),
-        DType::Q4_K => pick::<blocks::Q4K>(lanes),
-        DType::Q5_K => pick::<blocks::Q5K>(lanes),
+        DType::Q4_K => pick_super::<blocks::Q4K>(lanes),
+        DType::Q5_K => pick_super::<blocks::Q5K>(lanes),
         DType::Q6_K => pick::<blocks::Q6K>(lanes),
         DType::MXFP4 => pick::<blocks::Mxfp4>(lanes),
         DType::MlxMxfp4 | DType::HfMxfp4 => pick::<blocks::PairsMxfp4>(lanes),
