@@ -214,6 +214,35 @@ pub(super) unsafe fn across(p: [__m256i; R]) -> __m256i {
     )
 }
 
+/// Eight rows' values (a register each) against one activation block: the byte products
+/// summed by row, a row per lane.
+#[inline(always)]
+pub(super) unsafe fn dot8<D: Dot4>(w: &[__m256i; R], xq: *const i8) -> __m256i {
+    let xv = _mm256_loadu_si256(xq as *const __m256i);
+    let mut p = [_mm256_setzero_si256(); R];
+    for (p, &w) in p.iter_mut().zip(w) {
+        *p = D::dot(w, xv);
+    }
+    across(p)
+}
+
+/// `acc + sums · d · dx + mn · sx` for eight rows' integer sums against activation block
+/// `xb` (of all tokens' blocks): its scale `dx` and `sx = dx·Σq`.
+#[inline(always)]
+pub(super) unsafe fn scale8(
+    acc: __m256,
+    sums: __m256i,
+    d: __m256,
+    mn: __m256,
+    x: &QuantX,
+    xb: usize,
+) -> __m256 {
+    let dx = _mm256_set1_ps(*x.d.get_unchecked(xb));
+    let s = x.s.as_ptr().add(2 * xb);
+    let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(d, dx), acc);
+    _mm256_fmadd_ps(mn, _mm256_set1_ps(*s + *s.add(1)), acc)
+}
+
 /// Four registers of two rows each (lanes 0–3 one row, 4–7 the other) summed: lanes hold
 /// rows 0, 2, 4, 6, 1, 3, 5, 7 (`NIBBLES_AT` types' `LANE_ROWS`).
 #[inline(always)]
@@ -284,8 +313,8 @@ pub(super) unsafe fn fetch_share(ahead: *const u8, i: usize, bytes: usize) {
     }
 }
 
-/// The pass over blocks of 32 values.
-struct ByBlock<B>(std::marker::PhantomData<B>);
+/// The kernel over blocks of 32 values.
+pub(super) struct ByBlock<B>(std::marker::PhantomData<B>);
 
 impl<B: Block32> Pass8 for ByBlock<B> {
     const LANE_ROWS: [usize; R] = B::LANE_ROWS;
@@ -341,18 +370,9 @@ unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
                 }
                 across_pairs(v)
             } else {
-                let xv = _mm256_loadu_si256(xq as *const __m256i);
-                let mut p = [_mm256_setzero_si256(); R];
-                for (p, &w) in p.iter_mut().zip(&w) {
-                    *p = D::dot(w, xv);
-                }
-                across(p)
+                dot8::<D>(&w, xq)
             };
-            let sums = _mm256_cvtepi32_ps(sums);
-            let dx = _mm256_set1_ps(*x.d.get_unchecked(t * xblocks + b));
-            let s = x.s.as_ptr().add(t * 2 * xblocks + 2 * b);
-            *a = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, dx), *a);
-            *a = _mm256_fmadd_ps(mn, _mm256_set1_ps(*s + *s.add(1)), *a);
+            *a = scale8(*a, sums, d, mn, x, t * xblocks + b);
         }
     }
     acc
@@ -470,55 +490,67 @@ unsafe fn one_token<B: Block32, D: Dot4>(
             acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, dx), acc);
             mins = _mm256_fmadd_ps(mn, sx, mins);
         }
-        let v = _mm256_add_ps(acc, mins);
-        let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-        *o = _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps::<1>(v, v)));
+        *o = x86::hsum(_mm256_add_ps(acc, mins));
     }
     done
 }
 
-#[inline(always)]
-unsafe fn run<B: Block32, L: Dot4 + super::dot::Lanes>(
-    rows: &Rows,
-    js: Range<usize>,
-    x: &QuantX,
-    out: &mut [f32],
-) {
-    // One token reads each weight once and waits on memory: a row at a time is one stream
-    // the hardware prefetchers follow, and decodes faster than eight side by side.
-    let done = if x.n >= 2 {
-        groups::<ByBlock<B>, L>(rows, js.clone(), x, out)
-    } else if B::NIBBLES_AT > 0 {
-        one_token::<B, L>(rows, js.clone(), x, out)
-    } else {
-        0
-    };
-    rows_loop::<B, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
+/// A kernel that runs on some kind of lanes: the entry points below hand it theirs.
+pub(super) trait Run {
+    /// Rows `js` against every token of `x`, into `out[(j − js.start)·n + t]`.
+    ///
+    /// # Safety
+    /// The processor has `L`'s features; `x` holds whole blocks of the rows' length.
+    unsafe fn run<L: Dot4 + super::dot::Lanes>(
+        rows: &Rows,
+        js: Range<usize>,
+        x: &QuantX,
+        out: &mut [f32],
+    );
+}
+
+impl<B: Block32> Run for ByBlock<B> {
+    #[inline(always)]
+    unsafe fn run<L: Dot4 + super::dot::Lanes>(
+        rows: &Rows,
+        js: Range<usize>,
+        x: &QuantX,
+        out: &mut [f32],
+    ) {
+        // One token reads each weight once and waits on memory: a row at a time is one
+        // stream the hardware prefetchers follow, and decodes faster than eight side by side.
+        let done = if x.n >= 2 {
+            groups::<Self, L>(rows, js.clone(), x, out)
+        } else if B::NIBBLES_AT > 0 {
+            one_token::<B, L>(rows, js.clone(), x, out)
+        } else {
+            0
+        };
+        rows_loop::<B, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn entry_vnni<B: Block32>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
-    run::<B, Vnni>(rows, js, x, out)
+unsafe fn entry_vnni<K: Run>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+    K::run::<Vnni>(rows, js, x, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn entry_avx2<B: Block32>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
-    run::<B, Avx2>(rows, js, x, out)
+unsafe fn entry_avx2<K: Run>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+    K::run::<Avx2>(rows, js, x, out)
 }
 
-/// VNNI products for block type `B`, eight rows at a time; handed out only where
-/// `x86::has_vnni()`.
-pub fn vnni<B: Block32>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+/// Kernel `K` on VNNI lanes; handed out only where `x86::has_vnni()`.
+pub fn vnni<K: Run>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
     debug_assert!(x86::has_vnni());
     // SAFETY: only reachable when the processor has AVX2, FMA, F16C and AVX-512 VNNI with VL.
-    unsafe { entry_vnni::<B>(rows, js, x, out) }
+    unsafe { entry_vnni::<K>(rows, js, x, out) }
 }
 
-/// AVX2 products for block type `B` (not `WIDE`), eight rows at a time; handed out only
-/// where `x86::has_avx2()`.
-pub fn avx2<B: Block32>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
-    debug_assert!(x86::has_avx2() && !B::WIDE);
+/// Kernel `K` on AVX2 lanes; handed out only where `x86::has_avx2()` (and, for the 32-value
+/// types, not `WIDE`).
+pub fn avx2<K: Run>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+    debug_assert!(x86::has_avx2());
     // SAFETY: only reachable when the processor has AVX2, FMA and F16C.
-    unsafe { entry_avx2::<B>(rows, js, x, out) }
+    unsafe { entry_avx2::<K>(rows, js, x, out) }
 }

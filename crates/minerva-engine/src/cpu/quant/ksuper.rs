@@ -7,10 +7,10 @@
 //! - One token: a row at a time, the eight sub-blocks' sums in one register and the scales
 //!   decoded in registers, one float step per block.
 
-use super::block32::{self, across, fetch_share, Dot4, Group, Pass8, R};
+use super::block32::{self, across, dot8, fetch_share, scale8, Dot4, Group, Pass8, Run, R};
 use super::blocks::{Block, RowSrc, Unpacked, Q4K, Q5K};
 use super::dot::rows_loop;
-use super::x86::{self, Avx2, Vnni};
+use super::x86;
 use super::{QuantX, Rows};
 use minerva_formats::DType;
 use std::arch::x86_64::*;
@@ -59,8 +59,8 @@ impl Super for Q5K {
     }
 }
 
-/// The pass over 256-value blocks.
-struct BySuper<B>(std::marker::PhantomData<B>);
+/// The kernel over 256-value blocks.
+pub(super) struct BySuper<B>(std::marker::PhantomData<B>);
 
 impl<B: Super> Pass8 for BySuper<B> {
     const LANE_ROWS: [usize; R] = [0, 1, 2, 3, 4, 5, 6, 7];
@@ -109,17 +109,8 @@ impl<B: Super> Pass8 for BySuper<B> {
                 let xb = 8 * b + j;
                 for (k, a) in acc.iter_mut().enumerate() {
                     let t = t0 + k;
-                    let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
-                    let xv = _mm256_loadu_si256(xq as *const __m256i);
-                    let mut v = [_mm256_setzero_si256(); R];
-                    for (v, &w) in v.iter_mut().zip(&w) {
-                        *v = D::dot(w, xv);
-                    }
-                    let sums = _mm256_cvtepi32_ps(across(v));
-                    let dx = _mm256_set1_ps(*x.d.get_unchecked(t * xblocks + xb));
-                    let s = x.s.as_ptr().add(t * 2 * xblocks + 2 * xb);
-                    *a = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, dx), *a);
-                    *a = _mm256_fmadd_ps(m, _mm256_set1_ps(*s + *s.add(1)), *a);
+                    let sums = dot8::<D>(&w, x.q.as_ptr().add(t * x.len + 32 * xb));
+                    *a = scale8(*a, sums, d, m, x, t * xblocks + xb);
                 }
             }
         }
@@ -187,49 +178,24 @@ unsafe fn one_token<B: Super, D: Dot4>(
             acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(sc, dx), acc);
             mins = _mm256_fmadd_ps(mn, sx, mins);
         }
-        let v = _mm256_add_ps(acc, mins);
-        let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-        *o = _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps::<1>(v, v)));
+        *o = x86::hsum(_mm256_add_ps(acc, mins));
     }
     done
 }
 
-#[inline(always)]
-unsafe fn run<B: Super, L: Dot4 + super::dot::Lanes>(
-    rows: &Rows,
-    js: Range<usize>,
-    x: &QuantX,
-    out: &mut [f32],
-) {
-    let done = if x.n >= 2 {
-        block32::groups::<BySuper<B>, L>(rows, js.clone(), x, out)
-    } else {
-        one_token::<B, L>(rows, js.clone(), x, out)
-    };
-    rows_loop::<B, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn entry_vnni<B: Super>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
-    run::<B, Vnni>(rows, js, x, out)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn entry_avx2<B: Super>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
-    run::<B, Avx2>(rows, js, x, out)
-}
-
-/// VNNI products for K-quant `B`; handed out only where `x86::has_vnni()`.
-pub fn vnni<B: Super>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
-    debug_assert!(x86::has_vnni());
-    // SAFETY: only reachable when the processor has AVX2, FMA, F16C and AVX-512 VNNI with VL.
-    unsafe { entry_vnni::<B>(rows, js, x, out) }
-}
-
-/// AVX2 products for K-quant `B`; handed out only where `x86::has_avx2()`.
-pub fn avx2<B: Super>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
-    debug_assert!(x86::has_avx2());
-    // SAFETY: only reachable when the processor has AVX2, FMA and F16C.
-    unsafe { entry_avx2::<B>(rows, js, x, out) }
+impl<B: Super> Run for BySuper<B> {
+    #[inline(always)]
+    unsafe fn run<L: Dot4 + super::dot::Lanes>(
+        rows: &Rows,
+        js: Range<usize>,
+        x: &QuantX,
+        out: &mut [f32],
+    ) {
+        let done = if x.n >= 2 {
+            block32::groups::<Self, L>(rows, js.clone(), x, out)
+        } else {
+            one_token::<B, L>(rows, js.clone(), x, out)
+        };
+        rows_loop::<B, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
+    }
 }

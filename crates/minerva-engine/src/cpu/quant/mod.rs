@@ -234,8 +234,8 @@ fn pick<B: Block>(lanes: Lanes) -> Kernel {
 #[cfg(target_arch = "x86_64")]
 fn pick32<B: block32::Block32>(lanes: Lanes) -> Kernel {
     match lanes {
-        Lanes::Vnni => block32::vnni::<B>,
-        Lanes::Avx2 if !B::WIDE => block32::avx2::<B>,
+        Lanes::Vnni => block32::vnni::<block32::ByBlock<B>>,
+        Lanes::Avx2 if !B::WIDE => block32::avx2::<block32::ByBlock<B>>,
         _ => pick::<B>(lanes),
     }
 }
@@ -249,8 +249,8 @@ fn pick32<B: Block>(lanes: Lanes) -> Kernel {
 #[cfg(target_arch = "x86_64")]
 fn pick_super<B: ksuper::Super>(lanes: Lanes) -> Kernel {
     match lanes {
-        Lanes::Vnni => ksuper::vnni::<B>,
-        Lanes::Avx2 => ksuper::avx2::<B>,
+        Lanes::Vnni => block32::vnni::<ksuper::BySuper<B>>,
+        Lanes::Avx2 => block32::avx2::<ksuper::BySuper<B>>,
         _ => pick::<B>(lanes),
     }
 }

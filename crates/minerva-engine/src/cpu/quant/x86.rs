@@ -30,8 +30,9 @@ unsafe fn scales<B: Block>(s0: f32, s1: f32) -> __m256 {
     }
 }
 
+/// The sum of the eight lanes.
 #[inline(always)]
-unsafe fn hsum(acc: __m256) -> f32 {
+pub(super) unsafe fn hsum(acc: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
