@@ -8,7 +8,7 @@
 //!   decoded in registers, one float step per block.
 
 use super::block32::{self, across, dot8, fetch_share, scale8, Dot4, Group, Pass8, Run, R};
-use super::blocks::{Block, RowSrc, Unpacked, Q4K, Q5K};
+use super::blocks::{Block, RowSrc, Unpacked, Q4K, Q5K, Q6K};
 use super::dot::rows_loop;
 use super::x86;
 use super::{QuantX, Rows};
@@ -198,4 +198,79 @@ impl<B: Super> Run for BySuper<B> {
         };
         rows_loop::<B, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
     }
+}
+
+/// Q6_K for one token, a row at a time: its scales change every 16 values, so each 32-value
+/// chunk's two halves are multiplied by their 8-bit scales in integers before the eight
+/// chunks' sums are put in one register (chunk c in lane c) for one float step per block.
+/// Prompts go through section 2's loop.
+pub(super) struct Q6One;
+
+const Q6K_BYTES: usize = 210;
+
+impl Run for Q6One {
+    #[inline(always)]
+    unsafe fn run<L: Dot4 + super::dot::Lanes>(
+        rows: &Rows,
+        js: Range<usize>,
+        x: &QuantX,
+        out: &mut [f32],
+    ) {
+        let done = if x.n == 1 {
+            q6k_one_token::<L>(rows, js.clone(), x, out)
+        } else {
+            0
+        };
+        rows_loop::<Q6K, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
+    }
+}
+
+#[inline(always)]
+unsafe fn q6k_one_token<D: Dot4>(
+    rows: &Rows,
+    js: Range<usize>,
+    x: &QuantX,
+    out: &mut [f32],
+) -> usize {
+    let done = js.len();
+    // Lanes 0–3 take the scale of a chunk's first 16 values, 4–7 of its last 16.
+    let mut halves = [_mm256_setzero_si256(); 4];
+    for (c, h) in halves.iter_mut().enumerate() {
+        let (a, b) = (2 * c as i32, 2 * c as i32 + 1);
+        *h = _mm256_setr_epi32(a, a, a, a, b, b, b, b);
+    }
+    for (o, j) in out.iter_mut().zip(js) {
+        let row = rows.src(j).w.as_ptr();
+        let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for b in 0..x.len / 256 {
+            let blk = std::slice::from_raw_parts(row.add(b * Q6K_BYTES), Q6K_BYTES);
+            let mut w = [_mm256_setzero_si256(); 8];
+            x86::q6_k(blk, &mut w);
+            let sc = _mm_loadu_si128(blk.as_ptr().add(192) as *const __m128i);
+            let sc = [
+                _mm256_cvtepi8_epi32(sc),
+                _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc)),
+            ];
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (c, v) in v.iter_mut().enumerate() {
+                let xq = x.q.as_ptr().add(256 * b + 32 * c);
+                let p = D::dot(w[c], _mm256_loadu_si256(xq as *const __m256i));
+                // |Σ of four q·x| ≤ 4·63·127, times |scale| ≤ 128: well inside i32.
+                let scale = _mm256_permutevar8x32_epi32(sc[c / 4], halves[c % 4]);
+                *v = _mm256_mullo_epi32(p, scale);
+            }
+            let sums = _mm256_cvtepi32_ps(across(v));
+            let d = _mm256_set1_ps(super::blocks::f16_at(blk, 208));
+            let dx = _mm256_loadu_ps(x.d.as_ptr().add(8 * b));
+            acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, dx), acc);
+            // The offset −32 as mins: −32·d·scale per 16 values against d·Σq per 16.
+            let m = _mm256_mul_ps(d, _mm256_set1_ps(-32.0));
+            for (half, &sc) in sc.iter().enumerate() {
+                let s = _mm256_loadu_ps(x.s.as_ptr().add(16 * b + 8 * half));
+                mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sc), m), s, mins);
+            }
+        }
+        *o = x86::hsum(_mm256_add_ps(acc, mins));
+    }
+    done
 }

@@ -260,6 +260,17 @@ fn pick_super<B: Block>(lanes: Lanes) -> Kernel {
     pick::<B>(lanes)
 }
 
+/// Q6_K, whose one-token kernel takes a block's eight chunks in one register.
+fn pick_q6k(lanes: Lanes) -> Kernel {
+    match lanes {
+        #[cfg(target_arch = "x86_64")]
+        Lanes::Vnni => block32::vnni::<ksuper::Q6One>,
+        #[cfg(target_arch = "x86_64")]
+        Lanes::Avx2 => block32::avx2::<ksuper::Q6One>,
+        _ => pick::<blocks::Q6K>(lanes),
+    }
+}
+
 /// The integer kernel for a stored dtype on the chosen lanes, or None where only the
 /// reference path decodes it (f32/f16/bf16 weights, whose products stay in f32).
 pub fn kernel(dtype: DType) -> Option<Kernel> {
@@ -278,7 +289,7 @@ pub fn kernel_on(dtype: DType, lanes: Lanes) -> Option<Kernel> {
         DType::Q3_K => pick::<blocks::Q3K>(lanes),
         DType::Q4_K => pick_super::<blocks::Q4K>(lanes),
         DType::Q5_K => pick_super::<blocks::Q5K>(lanes),
-        DType::Q6_K => pick::<blocks::Q6K>(lanes),
+        DType::Q6_K => pick_q6k(lanes),
         DType::MXFP4 => pick::<blocks::Mxfp4>(lanes),
         DType::MlxMxfp4 | DType::HfMxfp4 => pick::<blocks::PairsMxfp4>(lanes),
         DType::MlxAffine { .. } => pick::<blocks::MlxAffine>(lanes),
