@@ -1,11 +1,13 @@
-//! Q4_K and Q5_K (one scale and min per 32 values) over several rows or sub-blocks at once.
+//! The K-quants over several rows or sub-blocks at once: Q4_K and Q5_K (one scale and min per
+//! 32 values), and Q6_K for one token.
 //!
 //! - Prompts (two tokens or more): eight rows at a time through [`block32::groups`]. Each
 //!   256-value block's scales and mins are decoded once per row and laid out by sub-block
 //!   (eight rows to a register); each sub-block of 32 then goes as a Q4_1 block does: the
 //!   eight rows' byte products summed into one register, one float step for the eight.
 //! - One token: a row at a time, the eight sub-blocks' sums in one register and the scales
-//!   decoded in registers, one float step per block.
+//!   decoded in registers, one float step per block. Q6_K (a scale per 16 values) goes the
+//!   same way for one token, each chunk's halves scaled in integers first.
 
 use super::block32::{self, across, dot8, fetch_share, scale8, Dot4, Group, Pass8, Run, R};
 use super::blocks::{Block, RowSrc, Unpacked, Q4K, Q5K, Q6K};
