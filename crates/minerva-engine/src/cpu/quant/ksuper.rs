@@ -1,13 +1,13 @@
 //! The K-quants over several rows or sub-blocks at once: Q4_K and Q5_K (one scale and min per
-//! 32 values), and Q6_K for one token.
+//! 32 values) and Q6_K (a scale per 16).
 //!
 //! - Prompts (two tokens or more): eight rows at a time through [`block32::groups`]. Each
 //!   256-value block's scales and mins are decoded once per row and laid out by sub-block
 //!   (eight rows to a register); each sub-block of 32 then goes as a Q4_1 block does: the
 //!   eight rows' byte products summed into one register, one float step for the eight.
 //! - One token: a row at a time, the eight sub-blocks' sums in one register and the scales
-//!   decoded in registers, one float step per block. Q6_K (a scale per 16 values) goes the
-//!   same way for one token, each chunk's halves scaled in integers first.
+//!   decoded in registers, one float step per block.
+//! - Q6_K: see [`Q6`].
 
 use super::block32::{self, across, dot8, fetch_share, scale8, Dot4, Group, Pass8, Run, R};
 use super::blocks::{Block, RowSrc, Unpacked, Q4K, Q5K, Q6K};
@@ -202,15 +202,113 @@ impl<B: Super> Run for BySuper<B> {
     }
 }
 
-/// Q6_K for one token, a row at a time: its scales change every 16 values, so each 32-value
-/// chunk's two halves are multiplied by their 8-bit scales in integers before the eight
-/// chunks' sums are put in one register (chunk c in lane c) for one float step per block.
-/// Prompts go through section 2's loop.
-pub(super) struct Q6One;
+/// Q6_K, whose scales change every 16 values. Prompts go eight rows at a time, each chunk's
+/// byte products summed by row and half (four rows' halves to a register) and scaled by
+/// `d·scale` per row and half. One token goes a row at a time: each chunk's two halves are
+/// multiplied by their 8-bit scales in integers, then the eight chunks' sums are put in one
+/// register (chunk c in lane c) for one float step per block.
+pub(super) struct Q6;
 
 const Q6K_BYTES: usize = 210;
 
-impl Run for Q6One {
+/// Chunk `c` (of eight) of a Q6_K block's values: four low bits from a nibble of bytes 0..128,
+/// two high bits from bytes 128..192.
+#[inline(always)]
+unsafe fn q6k_chunk(blk: *const u8, c: usize) -> __m256i {
+    let (h, s) = (c / 4, c % 4);
+    let ql = _mm256_loadu_si256(blk.add(64 * h + 32 * (s % 2)) as *const __m256i);
+    let ql = if s < 2 {
+        ql
+    } else {
+        _mm256_srli_epi16::<4>(ql)
+    };
+    let low = _mm256_and_si256(ql, _mm256_set1_epi8(0x0F));
+    let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
+    let top = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s as i32));
+    let top = _mm256_and_si256(top, _mm256_set1_epi8(3));
+    _mm256_or_si256(low, _mm256_slli_epi16::<4>(top))
+}
+
+/// Four rows' sums by half: lanes 0–3 the rows' first 16 values, 4–7 their last 16.
+#[inline(always)]
+unsafe fn by_half(v: &[__m256i]) -> __m256i {
+    _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]))
+}
+
+impl Pass8 for Q6 {
+    const LANE_ROWS: [usize; R] = [0, 1, 2, 3, 4, 5, 6, 7];
+    fn row_bytes(len: usize) -> usize {
+        len / 256 * Q6K_BYTES
+    }
+    #[inline(always)]
+    unsafe fn pass<D: Dot4, const TT: usize>(
+        g: &Group,
+        ahead: *const u8,
+        x: &QuantX,
+        t0: usize,
+    ) -> [__m256; TT] {
+        let xblocks = x.blocks();
+        // Rows 0–3 and 4–7: lanes 0–3 the chunks' first halves, 4–7 their second halves.
+        let (mut low, mut high) = ([_mm256_setzero_ps(); TT], [_mm256_setzero_ps(); TT]);
+        // d·scale by chunk, then four rows, then lane (half · 4 + row % 4).
+        let mut sc = [[[0f32; 8]; 2]; 8];
+        for b in 0..x.len / 256 {
+            let p = g.p.add(b * Q6K_BYTES);
+            fetch_share(ahead, b, Q6K_BYTES);
+            for (r, &o) in g.off.iter().enumerate() {
+                let blk = std::slice::from_raw_parts(p.offset(o), Q6K_BYTES);
+                let d = super::blocks::f16_at(blk, 208);
+                for (c, sc) in sc.iter_mut().enumerate() {
+                    for h in 0..2 {
+                        sc[r / 4][4 * h + r % 4] = d * blk[192 + 2 * c + h] as i8 as f32;
+                    }
+                }
+            }
+            for (c, sc) in sc.iter().enumerate() {
+                let mut w = [_mm256_setzero_si256(); R];
+                for (w, &o) in w.iter_mut().zip(&g.off) {
+                    *w = q6k_chunk(p.offset(o), c);
+                }
+                let (s_low, s_high) = (
+                    _mm256_loadu_ps(sc[0].as_ptr()),
+                    _mm256_loadu_ps(sc[1].as_ptr()),
+                );
+                let xb = 8 * b + c;
+                for k in 0..TT {
+                    let t = t0 + k;
+                    let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
+                    let xv = _mm256_loadu_si256(xq as *const __m256i);
+                    let mut v = [_mm256_setzero_si256(); R];
+                    for (v, &w) in v.iter_mut().zip(&w) {
+                        *v = D::dot(w, xv);
+                    }
+                    let dx = _mm256_set1_ps(*x.d.get_unchecked(t * xblocks + xb));
+                    // The offset −32 against d·Σq of each half.
+                    let s = x.s.as_ptr().add(t * 2 * xblocks + 2 * xb);
+                    let s = _mm256_insertf128_ps::<1>(
+                        _mm256_castps128_ps256(_mm_set1_ps(*s)),
+                        _mm_set1_ps(*s.add(1)),
+                    );
+                    let s = _mm256_mul_ps(s, _mm256_set1_ps(-32.0));
+                    let lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(by_half(&v[..4])), dx, s);
+                    let hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(by_half(&v[4..])), dx, s);
+                    low[k] = _mm256_fmadd_ps(s_low, lo, low[k]);
+                    high[k] = _mm256_fmadd_ps(s_high, hi, high[k]);
+                }
+            }
+        }
+        let mut out = [_mm256_setzero_ps(); TT];
+        for ((o, l), h) in out.iter_mut().zip(low).zip(high) {
+            *o = _mm256_add_ps(
+                _mm256_permute2f128_ps::<0x20>(l, h),
+                _mm256_permute2f128_ps::<0x31>(l, h),
+            );
+        }
+        out
+    }
+}
+
+impl Run for Q6 {
     #[inline(always)]
     unsafe fn run<L: Dot4 + super::dot::Lanes>(
         rows: &Rows,
@@ -218,10 +316,10 @@ impl Run for Q6One {
         x: &QuantX,
         out: &mut [f32],
     ) {
-        let done = if x.n == 1 {
-            q6k_one_token::<L>(rows, js.clone(), x, out)
+        let done = if x.n >= 2 {
+            block32::groups::<Self, L>(rows, js.clone(), x, out)
         } else {
-            0
+            q6k_one_token::<L>(rows, js.clone(), x, out)
         };
         rows_loop::<Q6K, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
     }

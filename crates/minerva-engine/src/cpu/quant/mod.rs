@@ -264,9 +264,9 @@ fn pick_super<B: Block>(lanes: Lanes) -> Kernel {
 fn pick_q6k(lanes: Lanes) -> Kernel {
     match lanes {
         #[cfg(target_arch = "x86_64")]
-        Lanes::Vnni => block32::vnni::<ksuper::Q6One>,
+        Lanes::Vnni => block32::vnni::<ksuper::Q6>,
         #[cfg(target_arch = "x86_64")]
-        Lanes::Avx2 => block32::avx2::<ksuper::Q6One>,
+        Lanes::Avx2 => block32::avx2::<ksuper::Q6>,
         _ => pick::<blocks::Q6K>(lanes),
     }
 }
