@@ -70,24 +70,6 @@ pub(super) trait Block32: Block {
         let (d, m) = halves(_mm256_i32gather_epi32::<1>(p as *const i32, idx));
         (d, Self::min(d, m))
     }
-
-    /// Two rows' scales and mins, of the blocks at `p0` and `p1`, each in four lanes: lanes
-    /// 0–3 the first row's, 4–7 the second's.
-    ///
-    /// # Safety
-    /// `p0` and `p1` point at whole blocks; the processor has AVX2 and F16C.
-    #[inline(always)]
-    unsafe fn scales2(p0: *const u8, p1: *const u8) -> (__m256, __m256) {
-        let (a, b) = (
-            (p0 as *const i32).read_unaligned(),
-            (p1 as *const i32).read_unaligned(),
-        );
-        // [d0, m0, d1, m1], then each spread over its row's four lanes.
-        let v = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_setr_epi32(a, b, 0, 0)));
-        let d = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
-        let m = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
-        (d, Self::min(d, m))
-    }
 }
 
 /// The two f16 halves of each 32-bit lane, as f32: (low halves, high halves).
@@ -452,49 +434,6 @@ pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
     count * R
 }
 
-/// One token's products for the nibble types, a row at a time (one stream the hardware
-/// prefetchers follow: rows read side by side decode slower), two blocks per register pair:
-/// lanes 0–3 hold block b's sums, 4–7 block b + 1's, and the float step is per two blocks.
-/// The lanes are summed once at the end. Returns how many rows it did from `js.start`.
-#[inline(always)]
-unsafe fn one_token<B: Block32, D: Dot4>(
-    rows: &Rows,
-    js: Range<usize>,
-    x: &QuantX,
-    out: &mut [f32],
-) -> usize {
-    let blocks = x.blocks();
-    if !blocks.is_multiple_of(2) {
-        return 0;
-    }
-    let (spread, done) = (_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), js.len());
-    for (o, j) in out.iter_mut().zip(js) {
-        let row = rows.src(j).w.as_ptr();
-        // Products and mins in two accumulators: two chains of multiply-adds, not one.
-        let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for b in (0..blocks).step_by(2) {
-            let (q0, q1) = (row.add(b * B::BYTES), row.add((b + 1) * B::BYTES));
-            let (w0, w1) = nibble_pair(q0.add(B::NIBBLES_AT), q1.add(B::NIBBLES_AT));
-            let xa = _mm256_loadu_si256(x.q.as_ptr().add(32 * b) as *const __m256i);
-            let xb = _mm256_loadu_si256(x.q.as_ptr().add(32 * b + 32) as *const __m256i);
-            let lo = _mm256_permute2x128_si256::<0x20>(xa, xb);
-            let hi = _mm256_permute2x128_si256::<0x31>(xa, xb);
-            let sums = _mm256_cvtepi32_ps(D::dot2(w0, lo, w1, hi));
-            let (d, mn) = B::scales2(q0, q1);
-            let dx = _mm_castsi128_ps(_mm_loadl_epi64(x.d.as_ptr().add(b) as *const __m128i));
-            let dx = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dx), spread);
-            // d·Σq per 16 → per block, a quarter in each of its four lanes.
-            let s = _mm_loadu_ps(x.s.as_ptr().add(2 * b));
-            let s = _mm_mul_ps(_mm_hadd_ps(s, s), _mm_set1_ps(0.25));
-            let sx = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s), spread);
-            acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, dx), acc);
-            mins = _mm256_fmadd_ps(mn, sx, mins);
-        }
-        *o = x86::hsum(_mm256_add_ps(acc, mins));
-    }
-    done
-}
-
 /// A kernel that runs on some kind of lanes: the entry points below hand it theirs.
 pub(super) trait Run {
     /// Rows `js` against every token of `x`, into `out[(j − js.start)·n + t]`.
@@ -517,15 +456,10 @@ impl<B: Block32> Run for ByBlock<B> {
         x: &QuantX,
         out: &mut [f32],
     ) {
-        // One token reads each weight once and waits on memory: a row at a time is one
-        // stream the hardware prefetchers follow, and decodes faster than eight side by side.
-        let done = if x.n >= 2 {
-            groups::<Self, L>(rows, js.clone(), x, out)
-        } else if B::NIBBLES_AT > 0 {
-            one_token::<B, L>(rows, js.clone(), x, out)
-        } else {
-            0
-        };
+        // Every token count goes the same way, so that a token's products do not depend on
+        // which others share its step: a prompt's tokens and the same tokens decoded one at a
+        // time give the same bits (a server that reuses a conversation's cache relies on it).
+        let done = groups::<Self, L>(rows, js.clone(), x, out);
         rows_loop::<B, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
     }
 }

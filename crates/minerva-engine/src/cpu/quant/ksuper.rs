@@ -1,18 +1,12 @@
-//! The K-quants over several rows or sub-blocks at once: Q4_K and Q5_K (one scale and min per
-//! 32 values) and Q6_K (a scale per 16).
-//!
-//! - Prompts (two tokens or more): eight rows at a time through [`block32::groups`]. Each
-//!   256-value block's scales and mins are decoded once per row and laid out by sub-block
-//!   (eight rows to a register); each sub-block of 32 then goes as a Q4_1 block does: the
-//!   eight rows' byte products summed into one register, one float step for the eight.
-//! - One token: a row at a time, the eight sub-blocks' sums in one register and the scales
-//!   decoded in registers, one float step per block.
-//! - Q6_K: see [`Q6`].
+//! The K-quants eight rows at a time, through [`block32::groups`]: Q4_K and Q5_K (one scale
+//! and min per 32 values) and Q6_K (a scale per 16). Each 256-value block's scales and mins
+//! are decoded once per row and laid out by sub-block (eight rows to a register); each
+//! sub-block of 32 then goes as a Q4_1 block does: the eight rows' byte products summed into
+//! one register, one float step for the eight.
 
-use super::block32::{self, across, dot8, fetch_share, scale8, Dot4, Group, Pass8, Run, R};
+use super::block32::{self, dot8, fetch_share, scale8, Dot4, Group, Pass8, Run, R};
 use super::blocks::{Block, RowSrc, Unpacked, Q4K, Q5K, Q6K};
 use super::dot::rows_loop;
-use super::x86;
 use super::{QuantX, Rows};
 use minerva_formats::DType;
 use std::arch::x86_64::*;
@@ -120,71 +114,6 @@ impl<B: Super> Pass8 for BySuper<B> {
     }
 }
 
-/// Eight bytes as eight f32.
-#[inline(always)]
-unsafe fn floats(v: u64) -> __m256 {
-    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)))
-}
-
-/// A block's eight (d·scale, −dmin·min) pairs, sub-block j in lane j: the 6-bit fields of
-/// bytes 4..16 unpacked four at a time in 32-bit words.
-#[inline(always)]
-unsafe fn k_scales8(blk: *const u8) -> (__m256, __m256) {
-    let word = |i: usize| (blk.add(4 + 4 * i) as *const u32).read_unaligned();
-    let (a, b, c) = (word(0), word(1), word(2));
-    let (low6, low4, top2) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);
-    // Sub-blocks 0–3 take the low six bits of bytes 0–3 (scales) and 4–7 (mins); 4–7 take
-    // a nibble of bytes 8–11 and the top two bits of those bytes.
-    let sc = (a & low6) as u64 | (((c & low4) | ((a >> 6) & top2) << 4) as u64) << 32;
-    let mn = (b & low6) as u64 | ((((c >> 4) & low4) | ((b >> 6) & top2) << 4) as u64) << 32;
-    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()));
-    let d = _mm256_broadcastss_ps(dm);
-    let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-    (
-        _mm256_mul_ps(floats(sc), d),
-        _mm256_mul_ps(floats(mn), _mm256_sub_ps(_mm256_setzero_ps(), dmin)),
-    )
-}
-
-/// One token's products a row at a time (one stream the hardware prefetchers follow): per
-/// block, the eight sub-blocks' byte products summed into one register (sub-block j in lane
-/// j) and one float step against the scales decoded in registers. Returns how many rows it
-/// did from `js.start`.
-#[inline(always)]
-unsafe fn one_token<B: Super, D: Dot4>(
-    rows: &Rows,
-    js: Range<usize>,
-    x: &QuantX,
-    out: &mut [f32],
-) -> usize {
-    let done = js.len();
-    for (o, j) in out.iter_mut().zip(js) {
-        let row = rows.src(j).w.as_ptr();
-        // Products and mins in two accumulators: two chains of multiply-adds, not one.
-        let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for b in 0..x.len / 256 {
-            let blk = row.add(b * B::BYTES);
-            let mut v = [_mm256_setzero_si256(); R];
-            for (sub, v) in v.iter_mut().enumerate() {
-                let xq = x.q.as_ptr().add(256 * b + 32 * sub);
-                *v = D::dot(B::sub(blk, sub), _mm256_loadu_si256(xq as *const __m256i));
-            }
-            let sums = _mm256_cvtepi32_ps(across(v));
-            let (sc, mn) = k_scales8(blk);
-            let dx = _mm256_loadu_ps(x.d.as_ptr().add(8 * b));
-            // d·Σq per 16 → per 32: pairs summed (hadd keeps 128-bit halves apart, so the
-            // 64-bit pieces are put back in order).
-            let s = x.s.as_ptr().add(16 * b);
-            let h = _mm256_hadd_ps(_mm256_loadu_ps(s), _mm256_loadu_ps(s.add(8)));
-            let sx = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(h)));
-            acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(sc, dx), acc);
-            mins = _mm256_fmadd_ps(mn, sx, mins);
-        }
-        *o = x86::hsum(_mm256_add_ps(acc, mins));
-    }
-    done
-}
-
 impl<B: Super> Run for BySuper<B> {
     #[inline(always)]
     unsafe fn run<L: Dot4 + super::dot::Lanes>(
@@ -193,20 +122,15 @@ impl<B: Super> Run for BySuper<B> {
         x: &QuantX,
         out: &mut [f32],
     ) {
-        let done = if x.n >= 2 {
-            block32::groups::<Self, L>(rows, js.clone(), x, out)
-        } else {
-            one_token::<B, L>(rows, js.clone(), x, out)
-        };
+        // Every token count the same way: see `block32::ByBlock`'s `run`.
+        let done = block32::groups::<Self, L>(rows, js.clone(), x, out);
         rows_loop::<B, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
     }
 }
 
-/// Q6_K, whose scales change every 16 values. Prompts go eight rows at a time, each chunk's
-/// byte products summed by row and half (four rows' halves to a register) and scaled by
-/// `d·scale` per row and half. One token goes a row at a time: each chunk's two halves are
-/// multiplied by their 8-bit scales in integers, then the eight chunks' sums are put in one
-/// register (chunk c in lane c) for one float step per block.
+/// Q6_K, whose scales change every 16 values: eight rows at a time, each chunk's byte
+/// products summed by row and half (four rows' halves to a register) and scaled by
+/// `d·scale` per row and half.
 pub(super) struct Q6;
 
 const Q6K_BYTES: usize = 210;
@@ -316,61 +240,7 @@ impl Run for Q6 {
         x: &QuantX,
         out: &mut [f32],
     ) {
-        let done = if x.n >= 2 {
-            block32::groups::<Self, L>(rows, js.clone(), x, out)
-        } else {
-            q6k_one_token::<L>(rows, js.clone(), x, out)
-        };
+        let done = block32::groups::<Self, L>(rows, js.clone(), x, out);
         rows_loop::<Q6K, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
     }
-}
-
-#[inline(always)]
-unsafe fn q6k_one_token<D: Dot4>(
-    rows: &Rows,
-    js: Range<usize>,
-    x: &QuantX,
-    out: &mut [f32],
-) -> usize {
-    let done = js.len();
-    // Lanes 0–3 take the scale of a chunk's first 16 values, 4–7 of its last 16.
-    let mut halves = [_mm256_setzero_si256(); 4];
-    for (c, h) in halves.iter_mut().enumerate() {
-        let (a, b) = (2 * c as i32, 2 * c as i32 + 1);
-        *h = _mm256_setr_epi32(a, a, a, a, b, b, b, b);
-    }
-    for (o, j) in out.iter_mut().zip(js) {
-        let row = rows.src(j).w.as_ptr();
-        let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for b in 0..x.len / 256 {
-            let blk = std::slice::from_raw_parts(row.add(b * Q6K_BYTES), Q6K_BYTES);
-            let mut w = [_mm256_setzero_si256(); 8];
-            x86::q6_k(blk, &mut w);
-            let sc = _mm_loadu_si128(blk.as_ptr().add(192) as *const __m128i);
-            let sc = [
-                _mm256_cvtepi8_epi32(sc),
-                _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc)),
-            ];
-            let mut v = [_mm256_setzero_si256(); 8];
-            for (c, v) in v.iter_mut().enumerate() {
-                let xq = x.q.as_ptr().add(256 * b + 32 * c);
-                let p = D::dot(w[c], _mm256_loadu_si256(xq as *const __m256i));
-                // |Σ of four q·x| ≤ 4·63·127, times |scale| ≤ 128: well inside i32.
-                let scale = _mm256_permutevar8x32_epi32(sc[c / 4], halves[c % 4]);
-                *v = _mm256_mullo_epi32(p, scale);
-            }
-            let sums = _mm256_cvtepi32_ps(across(v));
-            let d = _mm256_set1_ps(super::blocks::f16_at(blk, 208));
-            let dx = _mm256_loadu_ps(x.d.as_ptr().add(8 * b));
-            acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, dx), acc);
-            // The offset −32 as mins: −32·d·scale per 16 values against d·Σq per 16.
-            let m = _mm256_mul_ps(d, _mm256_set1_ps(-32.0));
-            for (half, &sc) in sc.iter().enumerate() {
-                let s = _mm256_loadu_ps(x.s.as_ptr().add(16 * b + 8 * half));
-                mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sc), m), s, mins);
-            }
-        }
-        *o = x86::hsum(_mm256_add_ps(acc, mins));
-    }
-    done
 }

@@ -148,8 +148,25 @@ fn check(view: &TensorView, what: &str) {
         let mut want = vec![0f32; n * out_dim];
         kernel_on(view.dtype, Lanes::Portable).unwrap()(&rs, 0..out_dim, &xq, &mut want);
         for lanes in Lanes::available() {
+            let kernel = kernel_on(view.dtype, lanes).expect("a kernel");
             let mut got = vec![0f32; n * out_dim];
-            kernel_on(view.dtype, lanes).expect("a kernel")(&rs, 0..out_dim, &xq, &mut got);
+            kernel(&rs, 0..out_dim, &xq, &mut got);
+            // A token's products are the same bits whichever tokens share its step: a cache
+            // filled by a prompt and one filled a token at a time must agree.
+            let mut one = super::QuantX::default();
+            let mut alone = vec![0f32; out_dim];
+            for t in 0..n {
+                one.quantize(&x[t * len..(t + 1) * len], 1, len);
+                kernel(&rs, 0..out_dim, &one, &mut alone);
+                for (j, v) in alone.iter().enumerate() {
+                    let same = v.to_bits() == got[j * n + t].to_bits();
+                    assert!(
+                        same,
+                        "{what}: {} lanes, token {t} alone differs",
+                        lanes.name()
+                    );
+                }
+            }
             // The same integer sums, scaled and added in another order: f32 rounding of
             // terms (products and mins) that cancel, so of the outputs' size, not each one's.
             let size = want.iter().fold(1f32, |m, v| m.max(v.abs()));
