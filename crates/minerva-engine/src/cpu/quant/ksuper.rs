@@ -4,11 +4,12 @@
 //! sub-block of 32 then goes as a Q4_1 block does: the eight rows' byte products summed into
 //! one register, one float step for the eight.
 
-use super::block32::{self, dot8, fetch_share, scale8, Dot4, Group, Pass8, Run, R};
-use super::blocks::{Block, RowSrc, Unpacked, Q4K, Q5K, Q6K};
+use super::block32::{
+    self, dot8, fetch_share, reg, scale8, unit_scales, Dot4, Group, Pass8, Run, R, SCALES,
+};
+use super::blocks::{Block, Q4K, Q5K, Q6K};
 use super::dot::rows_loop;
 use super::{QuantX, Rows};
-use minerva_formats::DType;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -55,13 +56,108 @@ impl Super for Q5K {
     }
 }
 
+/// Byte `i` (0–3) of each lane, as f32: unsigned, or sign-extended where `signed`.
+#[inline(always)]
+unsafe fn byte_f32(v: __m256i, i: usize, signed: bool) -> __m256 {
+    let top = _mm256_sll_epi32(v, _mm_cvtsi32_si128(24 - 8 * i as i32));
+    let bits = _mm_cvtsi32_si128(24);
+    _mm256_cvtepi32_ps(if signed {
+        _mm256_sra_epi32(top, bits)
+    } else {
+        _mm256_srl_epi32(top, bits)
+    })
+}
+
+/// The top two bits of each byte, moved to bits 4–5.
+#[inline(always)]
+unsafe fn top_bits(v: __m256i) -> __m256i {
+    let two = _mm256_and_si256(_mm256_srli_epi32::<6>(v), _mm256_set1_epi8(0x03));
+    _mm256_slli_epi32::<4>(two)
+}
+
+/// Eight rows' Q4_K or Q5_K scales and mins, of the blocks at `p + idx[r]` (d and dmin as
+/// f16, then twelve bytes of 6-bit scales and mins as ggml packs them), decoded in the rows'
+/// lanes: at `16·j` sub-block j's `d·scale`, at `16·j + 8` its `−dmin·min`. Each product is
+/// the one `blocks::k_scales` makes.
+#[inline(always)]
+unsafe fn k_scales8(p: *const u8, idx: __m256i, sc: &mut [f32]) {
+    let (d, dmin) = block32::halves(block32::gather(p, idx));
+    let neg_dmin = _mm256_xor_ps(dmin, _mm256_set1_ps(-0.0));
+    let (a0, a1, a2) = (
+        block32::gather(p.add(4), idx),
+        block32::gather(p.add(8), idx),
+        block32::gather(p.add(12), idx),
+    );
+    let six = _mm256_set1_epi8(0x3F);
+    let low4 = _mm256_set1_epi8(0x0F);
+    // Sub-blocks 0–3: the low six bits of bytes 0–3 (scales) and 4–7 (mins). Sub-blocks 4–7:
+    // a nibble of bytes 8–11, with the top two bits of bytes 0–3 (scales) or 4–7 (mins).
+    let s = [
+        _mm256_and_si256(a0, six),
+        _mm256_or_si256(_mm256_and_si256(a2, low4), top_bits(a0)),
+    ];
+    let m = [
+        _mm256_and_si256(a1, six),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi32::<4>(a2), low4),
+            top_bits(a1),
+        ),
+    ];
+    let at = sc.as_mut_ptr();
+    for j in 0..8 {
+        let (s, m) = (s[j / 4], m[j / 4]);
+        _mm256_storeu_ps(
+            at.add(SCALES * j),
+            _mm256_mul_ps(d, byte_f32(s, j % 4, false)),
+        );
+        _mm256_storeu_ps(
+            at.add(SCALES * j + R),
+            _mm256_mul_ps(neg_dmin, byte_f32(m, j % 4, false)),
+        );
+    }
+}
+
+/// Eight rows' Q6_K `d·scale`, of the blocks at `p + idx[r]`: chunk c's rows 0–3 at `16·c`
+/// and rows 4–7 at `16·c + 8`, each by lane (half · 4 + row % 4). Each product is the one
+/// the reference makes (`d · scale as f32`).
+#[inline(always)]
+unsafe fn q6_scales8(p: *const u8, idx: __m256i, sc: &mut [f32]) {
+    // d is the f16 at 208, the high half of the word at 206 (the word at 208 would reach
+    // past the block).
+    let (_, d) = block32::halves(block32::gather(p.add(206), idx));
+    let at = sc.as_mut_ptr();
+    for k in 0..4 {
+        // Scales 4k..4k + 4: chunks 2k and 2k + 1, two halves each.
+        let w = block32::gather(p.add(192 + 4 * k), idx);
+        for c in 0..2 {
+            let h0 = _mm256_mul_ps(d, byte_f32(w, 2 * c, true));
+            let h1 = _mm256_mul_ps(d, byte_f32(w, 2 * c + 1, true));
+            let chunk = 2 * k + c;
+            _mm256_storeu_ps(
+                at.add(SCALES * chunk),
+                _mm256_permute2f128_ps::<0x20>(h0, h1),
+            );
+            _mm256_storeu_ps(
+                at.add(SCALES * chunk + R),
+                _mm256_permute2f128_ps::<0x31>(h0, h1),
+            );
+        }
+    }
+}
+
 /// The kernel over 256-value blocks.
 pub(super) struct BySuper<B>(std::marker::PhantomData<B>);
 
 impl<B: Super> Pass8 for BySuper<B> {
     const LANE_ROWS: [usize; R] = [0, 1, 2, 3, 4, 5, 6, 7];
+    const UNIT: usize = 256;
     fn row_bytes(len: usize) -> usize {
         len / 256 * B::BYTES
+    }
+    /// Sub-block by sub-block: its eight rows' scales, then their mins.
+    #[inline(always)]
+    unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
+        k_scales8(g.p.add(b * B::BYTES), g.idx, sc)
     }
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(
@@ -69,30 +165,15 @@ impl<B: Super> Pass8 for BySuper<B> {
         ahead: *const u8,
         x: &QuantX,
         t0: usize,
+        all: Option<&[f32]>,
     ) -> [__m256; TT] {
         let xblocks = x.blocks();
         let mut acc = [_mm256_setzero_ps(); TT];
-        let mut u = Unpacked::new();
-        // Scales and mins by sub-block, then row: one register per sub-block. (Decoded in
-        // registers a row at a time and gathered by sub-block, prompts ran 5 % slower.)
-        let (mut sc, mut mn) = ([[0f32; R]; 8], [[0f32; R]; 8]);
+        let mut here = [0f32; 8 * SCALES];
         for b in 0..x.len / 256 {
             let p = g.p.add(b * B::BYTES);
             fetch_share(ahead, b, B::BYTES);
-            for (r, &o) in g.off.iter().enumerate() {
-                let src = RowSrc {
-                    w: std::slice::from_raw_parts(p.offset(o), B::BYTES),
-                    scales: &[],
-                    biases: &[],
-                    scale_dtype: DType::F32,
-                    bits: 0,
-                    group: 0,
-                };
-                B::scales(&src, 0, &mut u);
-                for j in 0..8 {
-                    (sc[j][r], mn[j][r]) = (u.sc[2 * j], u.mn[2 * j]);
-                }
-            }
+            let sc = unit_scales::<Self>(g, b, all, &mut here);
             for j in 0..8 {
                 // Plain loops, not `array::from_fn`: its closure would not inherit the
                 // target features.
@@ -100,9 +181,8 @@ impl<B: Super> Pass8 for BySuper<B> {
                 for (w, &o) in w.iter_mut().zip(&g.off) {
                     *w = B::sub(p.offset(o), j);
                 }
-                let d = _mm256_loadu_ps(sc[j].as_ptr());
-                let m = _mm256_loadu_ps(mn[j].as_ptr());
                 let xb = 8 * b + j;
+                let (d, m) = (reg(sc, 2 * j), reg(sc, 2 * j + 1));
                 for (k, a) in acc.iter_mut().enumerate() {
                     let t = t0 + k;
                     let sums = dot8::<D>(&w, x.q.as_ptr().add(t * x.len + 32 * xb));
@@ -161,8 +241,15 @@ unsafe fn by_half(v: &[__m256i]) -> __m256i {
 
 impl Pass8 for Q6 {
     const LANE_ROWS: [usize; R] = [0, 1, 2, 3, 4, 5, 6, 7];
+    const UNIT: usize = 256;
     fn row_bytes(len: usize) -> usize {
         len / 256 * Q6K_BYTES
+    }
+    /// `d·scale` chunk by chunk: rows 0–3's register, then rows 4–7's, each by lane
+    /// (half · 4 + row % 4).
+    #[inline(always)]
+    unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
+        q6_scales8(g.p.add(b * Q6K_BYTES), g.idx, sc)
     }
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(
@@ -170,34 +257,22 @@ impl Pass8 for Q6 {
         ahead: *const u8,
         x: &QuantX,
         t0: usize,
+        all: Option<&[f32]>,
     ) -> [__m256; TT] {
-        let xblocks = x.blocks();
+        let mut here = [0f32; 8 * SCALES];
         // Rows 0–3 and 4–7: lanes 0–3 the chunks' first halves, 4–7 their second halves.
         let (mut low, mut high) = ([_mm256_setzero_ps(); TT], [_mm256_setzero_ps(); TT]);
-        // d·scale by chunk, then four rows, then lane (half · 4 + row % 4).
-        let mut sc = [[[0f32; 8]; 2]; 8];
         for b in 0..x.len / 256 {
             let p = g.p.add(b * Q6K_BYTES);
             fetch_share(ahead, b, Q6K_BYTES);
-            for (r, &o) in g.off.iter().enumerate() {
-                let blk = std::slice::from_raw_parts(p.offset(o), Q6K_BYTES);
-                let d = super::blocks::f16_at(blk, 208);
-                for (c, sc) in sc.iter_mut().enumerate() {
-                    for h in 0..2 {
-                        sc[r / 4][4 * h + r % 4] = d * blk[192 + 2 * c + h] as i8 as f32;
-                    }
-                }
-            }
-            for (c, sc) in sc.iter().enumerate() {
+            let sc = unit_scales::<Self>(g, b, all, &mut here);
+            for c in 0..8 {
                 let mut w = [_mm256_setzero_si256(); R];
                 for (w, &o) in w.iter_mut().zip(&g.off) {
                     *w = q6k_chunk(p.offset(o), c);
                 }
-                let (s_low, s_high) = (
-                    _mm256_loadu_ps(sc[0].as_ptr()),
-                    _mm256_loadu_ps(sc[1].as_ptr()),
-                );
                 let xb = 8 * b + c;
+                let (s_low, s_high) = (reg(sc, 2 * c), reg(sc, 2 * c + 1));
                 for k in 0..TT {
                     let t = t0 + k;
                     let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
@@ -206,30 +281,53 @@ impl Pass8 for Q6 {
                     for (v, &w) in v.iter_mut().zip(&w) {
                         *v = D::dot(w, xv);
                     }
-                    let dx = _mm256_set1_ps(*x.d.get_unchecked(t * xblocks + xb));
-                    // The offset −32 against d·Σq of each half.
-                    let s = x.s.as_ptr().add(t * 2 * xblocks + 2 * xb);
-                    let s = _mm256_insertf128_ps::<1>(
-                        _mm256_castps128_ps256(_mm_set1_ps(*s)),
-                        _mm_set1_ps(*s.add(1)),
-                    );
-                    let s = _mm256_mul_ps(s, _mm256_set1_ps(-32.0));
-                    let lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(by_half(&v[..4])), dx, s);
-                    let hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(by_half(&v[4..])), dx, s);
-                    low[k] = _mm256_fmadd_ps(s_low, lo, low[k]);
-                    high[k] = _mm256_fmadd_ps(s_high, hi, high[k]);
+                    let sums = [by_half(&v[..4]), by_half(&v[4..])];
+                    q6_step(&mut low[k], &mut high[k], sums, [s_low, s_high], x, t, xb);
                 }
             }
         }
         let mut out = [_mm256_setzero_ps(); TT];
-        for ((o, l), h) in out.iter_mut().zip(low).zip(high) {
-            *o = _mm256_add_ps(
-                _mm256_permute2f128_ps::<0x20>(l, h),
-                _mm256_permute2f128_ps::<0x31>(l, h),
-            );
+        for (o, (l, h)) in out.iter_mut().zip(low.into_iter().zip(high)) {
+            *o = q6_rows(l, h);
         }
         out
     }
+}
+
+/// Chunk `xb` of token `t` scaled into the accumulators of rows 0–3 and 4–7, from its sums
+/// by half (rows 0–3's register, rows 4–7's) and the rows' `d·scale`.
+#[inline(always)]
+unsafe fn q6_step(
+    low: &mut __m256,
+    high: &mut __m256,
+    sums: [__m256i; 2],
+    sc: [__m256; 2],
+    x: &QuantX,
+    t: usize,
+    xb: usize,
+) {
+    let xblocks = x.blocks();
+    let dx = _mm256_set1_ps(*x.d.get_unchecked(t * xblocks + xb));
+    // The offset −32 against d·Σq of each half.
+    let s = x.s.as_ptr().add(t * 2 * xblocks + 2 * xb);
+    let s = _mm256_insertf128_ps::<1>(
+        _mm256_castps128_ps256(_mm_set1_ps(*s)),
+        _mm_set1_ps(*s.add(1)),
+    );
+    let s = _mm256_mul_ps(s, _mm256_set1_ps(-32.0));
+    let lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[0]), dx, s);
+    let hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[1]), dx, s);
+    *low = _mm256_fmadd_ps(sc[0], lo, *low);
+    *high = _mm256_fmadd_ps(sc[1], hi, *high);
+}
+
+/// The eight rows' products from their halves' accumulators: a row per lane.
+#[inline(always)]
+unsafe fn q6_rows(low: __m256, high: __m256) -> __m256 {
+    _mm256_add_ps(
+        _mm256_permute2f128_ps::<0x20>(low, high),
+        _mm256_permute2f128_ps::<0x31>(low, high),
+    )
 }
 
 impl Run for Q6 {
