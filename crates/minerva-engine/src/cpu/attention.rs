@@ -156,9 +156,12 @@ impl Heads<'_> {
         let q_width = p.n_heads * hd;
         let qh = &self.q[t * q_width + h * hd..t * q_width + (h + 1) * hd];
         let at = |j: usize| (j % cap) * w + kvh * hd;
-        let scores: Vec<f32> = (first..=pos)
-            .map(|j| dot(qh, &self.k[at(j)..at(j) + hd]) * p.scale)
-            .collect();
+        // A plain loop: a closure would not inherit `one_avx2`'s target features, and its
+        // products would run on the baseline's narrow lanes.
+        let mut scores = Vec::with_capacity(pos + 1 - first);
+        for j in first..=pos {
+            scores.push(dot(qh, &self.k[at(j)..at(j) + hd]) * p.scale);
+        }
         let sink = self.sinks.map(|s| s[h]);
         let max = scores
             .iter()
