@@ -75,18 +75,18 @@ unsafe fn top_bits(v: __m256i) -> __m256i {
     _mm256_slli_epi32::<4>(two)
 }
 
-/// Eight rows' Q4_K or Q5_K scales and mins, of the blocks at `p + idx[r]` (d and dmin as
+/// Eight rows' Q4_K or Q5_K scales and mins, of the blocks at `p + lanes[l]` (d and dmin as
 /// f16, then twelve bytes of 6-bit scales and mins as ggml packs them), decoded in the rows'
 /// lanes: at `16·j` sub-block j's `d·scale`, at `16·j + 8` its `−dmin·min`. Each product is
 /// the one `blocks::k_scales` makes.
 #[inline(always)]
-unsafe fn k_scales8(p: *const u8, idx: __m256i, sc: &mut [f32]) {
-    let (d, dmin) = block32::halves(block32::gather(p, idx));
+unsafe fn k_scales8(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
+    let (d, dmin) = block32::halves(block32::gather(p, lanes));
     let neg_dmin = _mm256_xor_ps(dmin, _mm256_set1_ps(-0.0));
     let (a0, a1, a2) = (
-        block32::gather(p.add(4), idx),
-        block32::gather(p.add(8), idx),
-        block32::gather(p.add(12), idx),
+        block32::gather(p.add(4), lanes),
+        block32::gather(p.add(8), lanes),
+        block32::gather(p.add(12), lanes),
     );
     let six = _mm256_set1_epi8(0x3F);
     let low4 = _mm256_set1_epi8(0x0F);
@@ -117,18 +117,18 @@ unsafe fn k_scales8(p: *const u8, idx: __m256i, sc: &mut [f32]) {
     }
 }
 
-/// Eight rows' Q6_K `d·scale`, of the blocks at `p + idx[r]`: chunk c's rows 0–3 at `16·c`
+/// Eight rows' Q6_K `d·scale`, of the blocks at `p + lanes[l]`: chunk c's rows 0–3 at `16·c`
 /// and rows 4–7 at `16·c + 8`, each by lane (half · 4 + row % 4). Each product is the one
 /// the reference makes (`d · scale as f32`).
 #[inline(always)]
-unsafe fn q6_scales8(p: *const u8, idx: __m256i, sc: &mut [f32]) {
+unsafe fn q6_scales8(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
     // d is the f16 at 208, the high half of the word at 206 (the word at 208 would reach
     // past the block).
-    let (_, d) = block32::halves(block32::gather(p.add(206), idx));
+    let (_, d) = block32::halves(block32::gather(p.add(206), lanes));
     let at = sc.as_mut_ptr();
     for k in 0..4 {
         // Scales 4k..4k + 4: chunks 2k and 2k + 1, two halves each.
-        let w = block32::gather(p.add(192 + 4 * k), idx);
+        let w = block32::gather(p.add(192 + 4 * k), lanes);
         for c in 0..2 {
             let h0 = _mm256_mul_ps(d, byte_f32(w, 2 * c, true));
             let h1 = _mm256_mul_ps(d, byte_f32(w, 2 * c + 1, true));
@@ -157,7 +157,7 @@ impl<B: Super> Pass8 for BySuper<B> {
     /// Sub-block by sub-block: its eight rows' scales, then their mins.
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
-        k_scales8(g.p.add(b * B::BYTES), g.idx, sc)
+        k_scales8(g.p.add(b * B::BYTES), &g.lanes, sc)
     }
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(
@@ -249,7 +249,7 @@ impl Pass8 for Q6 {
     /// (half · 4 + row % 4).
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
-        q6_scales8(g.p.add(b * Q6K_BYTES), g.idx, sc)
+        q6_scales8(g.p.add(b * Q6K_BYTES), &g.lanes, sc)
     }
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(
