@@ -187,6 +187,11 @@ pub(super) trait Dot4 {
     /// # Safety
     /// As `dot`.
     unsafe fn dot2(w0: __m256i, x0: __m256i, w1: __m256i, x1: __m256i) -> __m256i;
+    /// `acc + dot(w, x)`, for values below 128.
+    ///
+    /// # Safety
+    /// As `dot`.
+    unsafe fn dot_acc(acc: __m256i, w: __m256i, x: __m256i) -> __m256i;
 }
 
 impl Dot4 for Vnni {
@@ -197,6 +202,10 @@ impl Dot4 for Vnni {
     #[inline(always)]
     unsafe fn dot2(w0: __m256i, x0: __m256i, w1: __m256i, x1: __m256i) -> __m256i {
         _mm256_dpbusd_epi32(Self::dot(w0, x0), w1, x1)
+    }
+    #[inline(always)]
+    unsafe fn dot_acc(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, w, x)
     }
 }
 
@@ -210,6 +219,10 @@ impl Dot4 for Avx2 {
         // Values below 16: four products of one i16 lane stay under 2^14.
         let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0), _mm256_maddubs_epi16(w1, x1));
         _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+    }
+    #[inline(always)]
+    unsafe fn dot_acc(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, Self::dot(w, x))
     }
 }
 
@@ -235,6 +248,48 @@ pub(super) unsafe fn dot8<D: Dot4>(w: &[__m256i; R], xq: *const i8) -> __m256i {
         *p = D::dot(w, xv);
     }
     across(p)
+}
+
+/// Eight rows' values (a register each) turned so that lane r of register k holds row r's
+/// values 4k..4k + 4: each token's byte products then add up by row within the lanes, with
+/// no sums across them ([`dot8t`]). Worth it where several tokens share the turn.
+#[inline(always)]
+pub(super) unsafe fn transpose8(w: &[__m256i; R]) -> [__m256i; R] {
+    // Within each 128-bit half: pairs of rows by 32 bits, then quads by 64; then the halves.
+    let mut u = [_mm256_setzero_si256(); R];
+    for q in 0..2 {
+        let r = 4 * q;
+        let t = [
+            _mm256_unpacklo_epi32(w[r], w[r + 1]),
+            _mm256_unpackhi_epi32(w[r], w[r + 1]),
+            _mm256_unpacklo_epi32(w[r + 2], w[r + 3]),
+            _mm256_unpackhi_epi32(w[r + 2], w[r + 3]),
+        ];
+        // u[r + k]: values 4k.. (low half) and 4k + 16.. (high half) of rows r..r + 4.
+        u[r] = _mm256_unpacklo_epi64(t[0], t[2]);
+        u[r + 1] = _mm256_unpackhi_epi64(t[0], t[2]);
+        u[r + 2] = _mm256_unpacklo_epi64(t[1], t[3]);
+        u[r + 3] = _mm256_unpackhi_epi64(t[1], t[3]);
+    }
+    let mut out = [_mm256_setzero_si256(); R];
+    for k in 0..4 {
+        out[k] = _mm256_permute2x128_si256::<0x20>(u[k], u[4 + k]);
+        out[4 + k] = _mm256_permute2x128_si256::<0x31>(u[k], u[4 + k]);
+    }
+    out
+}
+
+/// Turned rows ([`transpose8`]) against one activation block, registers `ks` of them: lane r
+/// is row r's sum of byte products, the same integers as [`dot8`]'s.
+#[inline(always)]
+pub(super) unsafe fn dot8t<D: Dot4>(wt: &[__m256i; R], xq: *const i8, ks: Range<usize>) -> __m256i {
+    // Two chains of sums, so that each waits on half as many products.
+    let mut s = [_mm256_setzero_si256(); 2];
+    for k in ks {
+        let xk = _mm256_set1_epi32((xq.add(4 * k) as *const i32).read_unaligned());
+        s[k % 2] = D::dot_acc(s[k % 2], wt[k], xk);
+    }
+    _mm256_add_epi32(s[0], s[1])
 }
 
 /// `acc + sums · d · dx + mn · sx` for eight rows' integer sums against activation block
@@ -267,18 +322,63 @@ unsafe fn both_halves(p: *const i8) -> __m256i {
     _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i))
 }
 
-/// Two rows' nibbles in two registers: (elements 0–15 of each, elements 16–31 of each).
+/// Two rows' 16 bytes of nibbles, one per half.
 #[inline(always)]
-unsafe fn nibble_pair(q0: *const u8, q1: *const u8) -> (__m256i, __m256i) {
-    let v = _mm256_inserti128_si256::<1>(
+unsafe fn packed_pair(q0: *const u8, q1: *const u8) -> __m256i {
+    _mm256_inserti128_si256::<1>(
         _mm256_castsi128_si256(_mm_loadu_si128(q0 as *const __m128i)),
         _mm_loadu_si128(q1 as *const __m128i),
-    );
+    )
+}
+
+/// Low and high nibbles of each byte.
+#[inline(always)]
+unsafe fn split(v: __m256i) -> (__m256i, __m256i) {
     let m = _mm256_set1_epi8(0x0F);
     (
         _mm256_and_si256(v, m),
         _mm256_and_si256(_mm256_srli_epi16::<4>(v), m),
     )
+}
+
+/// Two rows' nibbles in two registers: (elements 0–15 of each, elements 16–31 of each).
+#[inline(always)]
+unsafe fn nibble_pair(q0: *const u8, q1: *const u8) -> (__m256i, __m256i) {
+    split(packed_pair(q0, q1))
+}
+
+/// Eight rows' nibbles, row r's at `q[r]`, turned as [`transpose8`] turns values:
+/// register k holds values 4k..4k + 4 of each row, in the lanes' order of `across_pairs`
+/// (rows 0, 2, 4, 6, 1, 3, 5, 7). The nibbles are turned while packed: half the shuffles.
+#[inline(always)]
+unsafe fn turned_nibbles(q: [*const u8; R]) -> [__m256i; R] {
+    let a: [__m256i; 4] = [
+        packed_pair(q[0], q[1]),
+        packed_pair(q[2], q[3]),
+        packed_pair(q[4], q[5]),
+        packed_pair(q[6], q[7]),
+    ];
+    // Within each half: rows 0, 2 (or 1, 3) by 32 bits, with rows 4, 6 (5, 7) by 64.
+    let (l01, h01) = (
+        _mm256_unpacklo_epi32(a[0], a[1]),
+        _mm256_unpackhi_epi32(a[0], a[1]),
+    );
+    let (l23, h23) = (
+        _mm256_unpacklo_epi32(a[2], a[3]),
+        _mm256_unpackhi_epi32(a[2], a[3]),
+    );
+    let packed = [
+        _mm256_unpacklo_epi64(l01, l23),
+        _mm256_unpackhi_epi64(l01, l23),
+        _mm256_unpacklo_epi64(h01, h23),
+        _mm256_unpackhi_epi64(h01, h23),
+    ];
+    // Byte j of a row holds values j (low nibble) and j + 16 (high).
+    let mut out = [_mm256_setzero_si256(); R];
+    for (k, &v) in packed.iter().enumerate() {
+        (out[k], out[4 + k]) = split(v);
+    }
+    out
 }
 
 /// Where a group of eight rows is: the first row's bytes, each row's offset from it, and
@@ -408,6 +508,30 @@ unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
         fetch_share(ahead, b, B::BYTES);
         // Plain loops, not `array::from_fn`: its closure would not inherit the target
         // features, and each value would become a call.
+        let sc = unit_scales::<ByBlock<B>>(g, b, all, &mut here);
+        let (d, mn) = (reg(sc, 0), reg(sc, 1));
+        if TT > 1 {
+            // Several tokens: the rows turned once, in the lanes' order.
+            let wt = if B::NIBBLES_AT > 0 {
+                let mut q = [std::ptr::null(); R];
+                for (r, q) in q.iter_mut().enumerate() {
+                    *q = p.offset(g.off[r]).add(B::NIBBLES_AT);
+                }
+                turned_nibbles(q)
+            } else {
+                let mut w = [_mm256_setzero_si256(); R];
+                for (w, &o) in w.iter_mut().zip(&g.lanes) {
+                    *w = B::values32(p.offset(o));
+                }
+                transpose8(&w)
+            };
+            for (k, a) in acc.iter_mut().enumerate() {
+                let t = t0 + k;
+                let sums = dot8t::<D>(&wt, x.q.as_ptr().add(t * x.len + 32 * b), 0..R);
+                *a = scale8(*a, sums, d, mn, x, t * xblocks + b);
+            }
+            continue;
+        }
         let mut w = [_mm256_setzero_si256(); R];
         if B::NIBBLES_AT > 0 {
             for i in 0..R / 2 {
@@ -419,8 +543,6 @@ unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
                 *w = B::values32(p.offset(o));
             }
         }
-        let sc = unit_scales::<ByBlock<B>>(g, b, all, &mut here);
-        let (d, mn) = (reg(sc, 0), reg(sc, 1));
         for (k, a) in acc.iter_mut().enumerate() {
             let t = t0 + k;
             let xq = x.q.as_ptr().add(t * x.len + 32 * b);
