@@ -5,7 +5,8 @@
 //! one register, one float step for the eight.
 
 use super::block32::{
-    self, dot8, fetch_share, reg, scale8, unit_scales, Dot4, Group, Pass8, Run, R, SCALES,
+    self, dot8, dot8t, fetch_share, reg, scale8, transpose8, unit_scales, Dot4, Group, Pass8, Run,
+    R, SCALES,
 };
 use super::blocks::{Block, Q4K, Q5K, Q6K};
 use super::dot::rows_loop;
@@ -183,9 +184,16 @@ impl<B: Super> Pass8 for BySuper<B> {
                 }
                 let xb = 8 * b + j;
                 let (d, m) = (reg(sc, 2 * j), reg(sc, 2 * j + 1));
+                // Several tokens: the rows turned once (see `block32::transpose8`).
+                let wt = if TT > 1 { transpose8(&w) } else { w };
                 for (k, a) in acc.iter_mut().enumerate() {
                     let t = t0 + k;
-                    let sums = dot8::<D>(&w, x.q.as_ptr().add(t * x.len + 32 * xb));
+                    let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
+                    let sums = if TT > 1 {
+                        dot8t::<D>(&wt, xq, 0..R)
+                    } else {
+                        dot8::<D>(&w, xq)
+                    };
                     *a = scale8(*a, sums, d, m, x, t * xblocks + xb);
                 }
             }
@@ -273,15 +281,25 @@ impl Pass8 for Q6 {
                 }
                 let xb = 8 * b + c;
                 let (s_low, s_high) = (reg(sc, 2 * c), reg(sc, 2 * c + 1));
+                let wt = if TT > 1 { transpose8(&w) } else { w };
                 for k in 0..TT {
                     let t = t0 + k;
                     let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
-                    let xv = _mm256_loadu_si256(xq as *const __m256i);
-                    let mut v = [_mm256_setzero_si256(); R];
-                    for (v, &w) in v.iter_mut().zip(&w) {
-                        *v = D::dot(w, xv);
-                    }
-                    let sums = [by_half(&v[..4]), by_half(&v[4..])];
+                    let sums = if TT > 1 {
+                        // Rows 0–7's first halves and second halves, regrouped by four rows.
+                        let (h0, h1) = (dot8t::<D>(&wt, xq, 0..4), dot8t::<D>(&wt, xq, 4..R));
+                        [
+                            _mm256_permute2x128_si256::<0x20>(h0, h1),
+                            _mm256_permute2x128_si256::<0x31>(h0, h1),
+                        ]
+                    } else {
+                        let xv = _mm256_loadu_si256(xq as *const __m256i);
+                        let mut v = [_mm256_setzero_si256(); R];
+                        for (v, &w) in v.iter_mut().zip(&w) {
+                            *v = D::dot(w, xv);
+                        }
+                        [by_half(&v[..4]), by_half(&v[4..])]
+                    };
                     q6_step(&mut low[k], &mut high[k], sums, [s_low, s_high], x, t, xb);
                 }
             }
