@@ -56,7 +56,15 @@ impl QuantX {
             .zip(self.d.par_chunks_mut(len / 32))
             .zip(self.s.par_chunks_mut(len / 16));
         type Row<'a> = (((&'a [f32], &'a mut [i8]), &'a mut [f32]), &'a mut [f32]);
-        let one = |(((x, q), d), s): Row| quantize_row(x, q, d, s);
+        let one = |(((x, q), d), s): Row| {
+            #[cfg(target_arch = "x86_64")]
+            if Lanes::chosen() != Lanes::Portable {
+                // SAFETY: lanes other than the portable ones are chosen only where the
+                // processor has AVX2.
+                return unsafe { x86::quantize_row(x, q, d, s) };
+            }
+            quantize_row(x, q, d, s)
+        };
         if n >= 8 {
             rows.for_each(one);
         } else {
@@ -67,11 +75,8 @@ impl QuantX {
 }
 
 /// One row in blocks of 32: `d = amax / 127`, `q = round(x / d)` (to nearest, ties to even),
-/// and `s = d · Σq` per 16 values.
+/// and `s = d · Σq` per 16 values. (`x86::quantize_row` gives the same bits on AVX2.)
 fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
-    // Adding and taking away 1.5 · 2^23 rounds |v| < 2^22 to the nearest integer, ties to even,
-    // in two adds (f32::round is a libm call on baseline x86-64).
-    const MAGIC: f32 = 12_582_912.0;
     let blocks = x
         .chunks_exact(32)
         .zip(q.chunks_exact_mut(32))
@@ -90,6 +95,10 @@ fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
         s[1] = *d * sums[1] as f32;
     }
 }
+
+/// Adding and taking away 1.5 · 2^23 rounds |v| < 2^22 to the nearest integer, ties to even,
+/// in two adds (f32::round is a libm call on baseline x86-64).
+const MAGIC: f32 = 12_582_912.0;
 
 /// The weight rows a product reads: output `j` is stored row `base + j · stride`.
 pub struct Rows<'a> {

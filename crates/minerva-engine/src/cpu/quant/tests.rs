@@ -284,3 +284,32 @@ fn mxfp4_packs_match_the_reference() {
     };
     check(&mlx, "mlx mxfp4");
 }
+
+/// The AVX2 quantization of activations gives the scalar one's bits: every kernel, the
+/// portable one included, reads the same blocks.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn activations_quantize_alike_in_lanes_and_scalar() {
+    if !super::x86::has_avx2() {
+        eprintln!("SKIPPED: this processor has no AVX2");
+        return;
+    }
+    let mut rng = Rng(5);
+    let len = 32 * 9;
+    let mut x: Vec<f32> = (0..len).map(|_| rng.unit() * 7.0).collect();
+    // A block of zeros, one of ties (halves of a step), one with a single large value.
+    x[32..64].fill(0.0);
+    for (i, v) in x[64..96].iter_mut().enumerate() {
+        *v = (i as f32 - 16.0) * 0.5;
+    }
+    x[100] = 1.0e6;
+    let mut scalar = (vec![0i8; len], vec![0f32; len / 32], vec![0f32; len / 16]);
+    let mut lanes = scalar.clone();
+    super::quantize_row(&x, &mut scalar.0, &mut scalar.1, &mut scalar.2);
+    // SAFETY: checked above that the processor has AVX2.
+    unsafe { super::x86::quantize_row(&x, &mut lanes.0, &mut lanes.1, &mut lanes.2) };
+    assert_eq!(scalar.0, lanes.0, "quantized values");
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&scalar.1), bits(&lanes.1), "block scales");
+    assert_eq!(bits(&scalar.2), bits(&lanes.2), "sums of halves");
+}

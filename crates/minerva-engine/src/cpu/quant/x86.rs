@@ -39,6 +39,63 @@ pub(super) unsafe fn hsum(acc: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// [`super::quantize_row`] in AVX2 lanes, with the same operations in the same order: the
+/// same bits.
+///
+/// # Safety
+/// The processor has AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    let magic = _mm256_set1_ps(super::MAGIC);
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+    let blocks = x
+        .chunks_exact(32)
+        .zip(q.chunks_exact_mut(32))
+        .zip(d.iter_mut())
+        .zip(s.chunks_exact_mut(2));
+    for (((xb, qb), d), s) in blocks {
+        let p = xb.as_ptr();
+        let v = [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ];
+        let m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+            _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
+        );
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<1>(m, m)));
+        *d = amax / 127.0;
+        let inv = _mm256_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
+        let mut i = [_mm256_setzero_si256(); 4];
+        for (i, &v) in i.iter_mut().zip(&v) {
+            let r = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v, inv), magic), magic);
+            *i = _mm256_cvttps_epi32(r);
+        }
+        // Packing goes by 128-bit halves: put the four-byte groups back in order.
+        let packed = _mm256_packs_epi16(
+            _mm256_packs_epi32(i[0], i[1]),
+            _mm256_packs_epi32(i[2], i[3]),
+        );
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        let bytes = _mm256_permutevar8x32_epi32(packed, order);
+        _mm256_storeu_si256(qb.as_mut_ptr() as *mut __m256i, bytes);
+        s[0] = *d * lane_sum(_mm256_add_epi32(i[0], i[1])) as f32;
+        s[1] = *d * lane_sum(_mm256_add_epi32(i[2], i[3])) as f32;
+    }
+}
+
+/// The sum of the eight lanes.
+#[inline(always)]
+unsafe fn lane_sum(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
+}
+
 pub(super) struct Avx2;
 
 impl Lanes for Avx2 {
