@@ -4,9 +4,13 @@
 //! a min added) for every 32 values.
 //!
 //! - Eight rows at a time, for every token count. Each group's scales are decoded once for
-//!   all its tokens; its values are unpacked once per block for four tokens; for each token
-//!   the eight rows' byte products are summed into one register (a row per lane) and one
+//!   all the tokens of a chunk; its values are unpacked once per block for four tokens; each
+//!   token's byte products end up summed by row in one register (a row per lane), and one
 //!   float step scales all eight by their weight scales.
+//! - Several tokens: the eight rows' values are turned once per block ([`transpose8`]) so
+//!   that each token's products add up by row within the lanes. One token: each row's
+//!   products are summed across the lanes ([`across`]), which costs less than the turn. Both
+//!   give the same integers, so a token's products are the same bits alone or in a prompt.
 //!
 //! Every value is made unsigned, its offset folded into the min: Q4_0's `q − 8` is `q` with
 //! the min `−8·d`, Q8_0's signed bytes are `q + 128` with the min `−128·d`. The min then

@@ -1,8 +1,8 @@
 //! The K-quants eight rows at a time, through [`block32::groups`]: Q4_K and Q5_K (one scale
 //! and min per 32 values) and Q6_K (a scale per 16). Each 256-value block's scales and mins
-//! are decoded once per row and laid out by sub-block (eight rows to a register); each
-//! sub-block of 32 then goes as a Q4_1 block does: the eight rows' byte products summed into
-//! one register, one float step for the eight.
+//! are decoded for the eight rows at once, in vector lanes, and laid out by sub-block (eight
+//! rows to a register); each sub-block of 32 then goes as a Q4_1 block does: the eight rows'
+//! byte products summed into one register, one float step for the eight.
 
 use super::block32::{
     self, dot8, dot8t, fetch_share, reg, scale8, transpose8, unit_scales, Dot4, Group, Pass8, Run,
