@@ -435,7 +435,7 @@ pub(super) unsafe fn unit_scales<'a, P: Pass8>(
     g: &Group,
     b: usize,
     all: Option<&'a [f32]>,
-    here: &'a mut [f32; 8 * SCALES],
+    here: &'a mut [f32],
 ) -> &'a [f32] {
     match all {
         Some(all) => all.get_unchecked(b * P::UNIT / 32 * SCALES..),
@@ -506,7 +506,7 @@ unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
 ) -> [__m256; TT] {
     let xblocks = x.blocks();
     let mut acc = [_mm256_setzero_ps(); TT];
-    let mut here = [0f32; 8 * SCALES];
+    let mut here = [0f32; SCALES];
     for b in 0..xblocks {
         let p = g.p.add(b * B::BYTES);
         fetch_share(ahead, b, B::BYTES);
@@ -579,9 +579,8 @@ pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
     let count = js.len() / R;
     let group = |g: usize| -> Group {
         let first = js.start + g * R;
-        let p = rows.src(first).w.as_ptr();
-        let off: [isize; R] =
-            std::array::from_fn(|r| rows.src(first + r).w.as_ptr().offset_from(p));
+        let p = rows.w_ptr(first);
+        let off: [isize; R] = std::array::from_fn(|r| rows.w_ptr(first + r).offset_from(p));
         let lanes = P::LANE_ROWS.map(|r| off[r]);
         Group { p, off, lanes }
     };

@@ -141,6 +141,15 @@ impl<'a> Rows<'a> {
         })
     }
 
+    /// Where output `j`'s packed values start: `src(j).w`, without building the rest.
+    #[cfg(target_arch = "x86_64")]
+    fn w_ptr(&self, j: usize) -> *const u8 {
+        match self.view.data {
+            TensorData::Plain(b) => b[(self.base + j * self.stride) * self.w_bytes..].as_ptr(),
+            _ => self.src(j).w.as_ptr(),
+        }
+    }
+
     fn src(&self, j: usize) -> RowSrc<'a> {
         let r = self.base + j * self.stride;
         let at = |b: &'a [u8], per: usize| &b[r * per..(r + 1) * per];
