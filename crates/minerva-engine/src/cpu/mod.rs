@@ -8,6 +8,7 @@ mod attention;
 mod matmul;
 mod moe;
 pub mod quant;
+mod resident;
 
 pub use matmul::dot;
 pub use moe::route;
@@ -69,13 +70,14 @@ pub(crate) fn map_tasks<T: Send>(
     }
 }
 
-/// A weight buffer: in place in a mapped file, or owned (made on the CPU, or from a source
-/// outside the shared mappings).
+/// A weight buffer: in place in a mapped file, copied from it onto huge pages
+/// ([`resident`]), or owned (made on the CPU, or from a source outside the shared mappings).
 enum Bytes {
     Mapped {
         map: Mapping,
         range: std::ops::Range<usize>,
     },
+    Resident(std::sync::Arc<memmap2::Mmap>),
     Owned(Vec<u8>),
 }
 
@@ -84,6 +86,7 @@ impl std::ops::Deref for Bytes {
     fn deref(&self) -> &[u8] {
         match self {
             Bytes::Mapped { map, range } => &map[range.clone()],
+            Bytes::Resident(m) => m,
             Bytes::Owned(v) => v,
         }
     }
@@ -141,6 +144,9 @@ impl Stored {
 pub struct Weights {
     list: Vec<Stored>,
     maps: Vec<Mapping>,
+    /// Copies on huge pages by where their bytes lie in a mapping (a tensor uploaded twice,
+    /// as tied embeddings are, is copied once).
+    resident: std::collections::HashMap<(usize, usize), std::sync::Arc<memmap2::Mmap>>,
     fast: Option<std::sync::Mutex<matmul::Scratch>>,
 }
 
@@ -152,13 +158,24 @@ impl Weights {
             .ok_or_else(|| EngineError::Backend(format!("unknown weight handle {}", id.0)))
     }
 
-    /// `b` in place where it lies inside a shared mapping, else a copy.
-    fn keep(&self, b: &[u8]) -> Bytes {
+    /// `b` where it lies inside a shared mapping: on the fast path copied onto huge pages
+    /// where the system has them, else in place; outside the mappings, a copy.
+    fn keep(&mut self, b: &[u8]) -> Bytes {
         let (start, end) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
         for map in &self.maps {
             let base = map.as_ptr() as usize;
             if start >= base && end <= base + map.len() {
                 let range = start - base..end - base;
+                if self.fast.is_some() {
+                    if let Some(m) = self.resident.get(&(start, b.len())) {
+                        return Bytes::Resident(m.clone());
+                    }
+                    if let Some(m) = resident::copy(map, range.clone()) {
+                        let m = std::sync::Arc::new(m);
+                        self.resident.insert((start, b.len()), m.clone());
+                        return Bytes::Resident(m);
+                    }
+                }
                 return Bytes::Mapped {
                     map: map.clone(),
                     range,
@@ -224,6 +241,7 @@ impl CpuBackend {
             weights: Weights {
                 list: Vec::new(),
                 maps: Vec::new(),
+                resident: Default::default(),
                 fast: fast.then(Default::default),
             },
             bufs: Vec::new(),
@@ -317,7 +335,7 @@ impl Backend for CpuBackend {
     }
 
     fn upload(&mut self, view: &TensorView) -> Result<WeightId> {
-        let keep = |b: &[u8]| self.weights.keep(b);
+        let mut keep = |b: &[u8]| self.weights.keep(b);
         let (bufs, kind) = match view.data {
             TensorData::Plain(b) => (vec![keep(b)], Kind::Plain),
             TensorData::MlxAffine {
