@@ -90,7 +90,13 @@ mod tests {
             None => assert!(!enabled(), "no copy where huge pages are on"),
         }
         // The released pages read back from the file.
-        assert!(map[..] == bytes[..], "the mapping after its pages were released");
-        assert!(copy(&map, 0..MIN_BYTES - 1).is_none(), "small ranges stay in place");
+        assert!(
+            map[..] == bytes[..],
+            "the mapping after its pages were released"
+        );
+        assert!(
+            copy(&map, 0..MIN_BYTES - 1).is_none(),
+            "small ranges stay in place"
+        );
     }
 }

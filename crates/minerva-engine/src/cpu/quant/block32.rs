@@ -454,7 +454,8 @@ pub(super) unsafe fn reg(sc: &[f32], i: usize) -> __m256 {
 
 /// Share `i` of the next group's bytes (`bytes` per share for each row), into L2: eight
 /// rows read side by side are not a stream the hardware prefetchers follow (fetching into
-/// L1 gained less).
+/// L1 gained less). Shares are rounded up to whole lines, so the fetches run ahead into the
+/// group after the next; exact shares decoded slower.
 #[inline(always)]
 pub(super) unsafe fn fetch_share(ahead: *const u8, i: usize, bytes: usize) {
     if ahead.is_null() {
