@@ -398,6 +398,8 @@ pub(super) const SCALES: usize = 2 * R;
 
 /// One kind of pass of eight rows over a few tokens, for [`groups`].
 pub(super) trait Pass8 {
+    /// The block type, for the rows left after the groups of eight.
+    type Rest: Block;
     /// Which row each lane of a pass's results holds.
     const LANE_ROWS: [usize; R];
     /// Values per block: 32, or 256 for the K-quants.
@@ -472,6 +474,7 @@ pub(super) unsafe fn fetch_share(ahead: *const u8, i: usize, bytes: usize) {
 pub(super) struct ByBlock<B>(std::marker::PhantomData<B>);
 
 impl<B: Block32> Pass8 for ByBlock<B> {
+    type Rest = B;
     const LANE_ROWS: [usize; R] = B::LANE_ROWS;
     const UNIT: usize = 32;
     fn row_bytes(len: usize) -> usize {
@@ -643,48 +646,37 @@ pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
     count * R
 }
 
-/// A kernel that runs on some kind of lanes: the entry points below hand it theirs.
-pub(super) trait Run {
-    /// Rows `js` against every token of `x`, into `out[(j − js.start)·n + t]`.
-    ///
-    /// # Safety
-    /// The processor has `L`'s features; `x` holds whole blocks of the rows' length.
-    unsafe fn run<L: Dot4 + super::dot::Lanes>(
-        rows: &Rows,
-        js: Range<usize>,
-        x: &QuantX,
-        out: &mut [f32],
-    );
-}
-
-impl<B: Block32> Run for ByBlock<B> {
-    #[inline(always)]
-    unsafe fn run<L: Dot4 + super::dot::Lanes>(
-        rows: &Rows,
-        js: Range<usize>,
-        x: &QuantX,
-        out: &mut [f32],
-    ) {
-        // Every token count goes the same way, so that a token's products do not depend on
-        // which others share its step: a prompt's tokens and the same tokens decoded one at a
-        // time give the same bits (a server that reuses a conversation's cache relies on it).
-        let done = groups::<Self, L>(rows, js.clone(), x, out);
-        rows_loop::<B, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
-    }
+/// Kernel `P`'s rows `js` against every token of `x`, into `out[(j − js.start)·n + t]`: the
+/// groups of eight, then the rest a row at a time. Every token count goes the same way, so
+/// that a token's products do not depend on which others share its step: a prompt's tokens
+/// and the same tokens decoded one at a time give the same bits (a server that reuses a
+/// conversation's cache relies on it).
+///
+/// # Safety
+/// The processor has `L`'s features; `x` holds whole blocks of the rows' length.
+#[inline(always)]
+unsafe fn run<P: Pass8, L: Dot4 + super::dot::Lanes>(
+    rows: &Rows,
+    js: Range<usize>,
+    x: &QuantX,
+    out: &mut [f32],
+) {
+    let done = groups::<P, L>(rows, js.clone(), x, out);
+    rows_loop::<P::Rest, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn entry_vnni<K: Run>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
-    K::run::<Vnni>(rows, js, x, out)
+unsafe fn entry_vnni<K: Pass8>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+    run::<K, Vnni>(rows, js, x, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn entry_avx2<K: Run>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
-    K::run::<Avx2>(rows, js, x, out)
+unsafe fn entry_avx2<K: Pass8>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+    run::<K, Avx2>(rows, js, x, out)
 }
 
 /// Kernel `K` on VNNI lanes; handed out only where `x86::has_vnni()`.
-pub fn vnni<K: Run>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+pub fn vnni<K: Pass8>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
     debug_assert!(x86::has_vnni());
     // SAFETY: only reachable when the processor has AVX2, FMA, F16C and AVX-512 VNNI with VL.
     unsafe { entry_vnni::<K>(rows, js, x, out) }
@@ -692,7 +684,7 @@ pub fn vnni<K: Run>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) 
 
 /// Kernel `K` on AVX2 lanes; handed out only where `x86::has_avx2()` (and, for the 32-value
 /// types, not `WIDE`).
-pub fn avx2<K: Run>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
+pub fn avx2<K: Pass8>(rows: &Rows, js: Range<usize>, x: &QuantX, out: &mut [f32]) {
     debug_assert!(x86::has_avx2());
     // SAFETY: only reachable when the processor has AVX2, FMA and F16C.
     unsafe { entry_avx2::<K>(rows, js, x, out) }

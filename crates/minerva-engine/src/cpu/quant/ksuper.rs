@@ -5,14 +5,12 @@
 //! byte products summed into one register, one float step for the eight.
 
 use super::block32::{
-    self, dot8, dot8t, fetch_share, reg, scale8, transpose8, unit_scales, Dot4, Group, Pass8, Run,
-    R, SCALES,
+    self, dot8, dot8t, fetch_share, reg, scale8, transpose8, unit_scales, Dot4, Group, Pass8, R,
+    SCALES,
 };
 use super::blocks::{Block, Q4K, Q5K, Q6K};
-use super::dot::rows_loop;
-use super::{QuantX, Rows};
+use super::QuantX;
 use std::arch::x86_64::*;
-use std::ops::Range;
 
 /// A K-quant of 256 values in eight sub-blocks of 32, each with its own scale and min.
 pub(super) trait Super: Block {
@@ -150,6 +148,7 @@ unsafe fn q6_scales8(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
 pub(super) struct BySuper<B>(std::marker::PhantomData<B>);
 
 impl<B: Super> Pass8 for BySuper<B> {
+    type Rest = B;
     const LANE_ROWS: [usize; R] = [0, 1, 2, 3, 4, 5, 6, 7];
     const UNIT: usize = 256;
     fn row_bytes(len: usize) -> usize {
@@ -204,20 +203,6 @@ impl<B: Super> Pass8 for BySuper<B> {
     }
 }
 
-impl<B: Super> Run for BySuper<B> {
-    #[inline(always)]
-    unsafe fn run<L: Dot4 + super::dot::Lanes>(
-        rows: &Rows,
-        js: Range<usize>,
-        x: &QuantX,
-        out: &mut [f32],
-    ) {
-        // Every token count the same way: see `block32::ByBlock`'s `run`.
-        let done = block32::groups::<Self, L>(rows, js.clone(), x, out);
-        rows_loop::<B, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
-    }
-}
-
 /// Q6_K, whose scales change every 16 values: eight rows at a time, each chunk's byte
 /// products summed by row and half (four rows' halves to a register) and scaled by
 /// `d·scale` per row and half.
@@ -250,6 +235,7 @@ unsafe fn by_half(v: &[__m256i]) -> __m256i {
 }
 
 impl Pass8 for Q6 {
+    type Rest = Q6K;
     const LANE_ROWS: [usize; R] = [0, 1, 2, 3, 4, 5, 6, 7];
     const UNIT: usize = 256;
     fn row_bytes(len: usize) -> usize {
@@ -348,17 +334,4 @@ unsafe fn q6_rows(low: __m256, high: __m256) -> __m256 {
         _mm256_permute2f128_ps::<0x20>(low, high),
         _mm256_permute2f128_ps::<0x31>(low, high),
     )
-}
-
-impl Run for Q6 {
-    #[inline(always)]
-    unsafe fn run<L: Dot4 + super::dot::Lanes>(
-        rows: &Rows,
-        js: Range<usize>,
-        x: &QuantX,
-        out: &mut [f32],
-    ) {
-        let done = block32::groups::<Self, L>(rows, js.clone(), x, out);
-        rows_loop::<Q6K, L>(rows, js.start + done..js.end, x, &mut out[done * x.n..]);
-    }
 }
