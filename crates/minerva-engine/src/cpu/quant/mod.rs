@@ -74,15 +74,25 @@ impl QuantX {
     }
 }
 
+/// A row's blocks of 32 values with the places of their quantized values, scale and sums of
+/// halves.
+type RowBlock<'a> = (&'a [f32], &'a mut [i8], &'a mut f32, &'a mut [f32]);
+
+fn row_blocks<'a>(
+    x: &'a [f32],
+    q: &'a mut [i8],
+    d: &'a mut [f32],
+    s: &'a mut [f32],
+) -> impl Iterator<Item = RowBlock<'a>> {
+    let blocks = x.chunks_exact(32).zip(q.chunks_exact_mut(32));
+    let blocks = blocks.zip(d.iter_mut()).zip(s.chunks_exact_mut(2));
+    blocks.map(|(((x, q), d), s)| (x, q, d, s))
+}
+
 /// One row in blocks of 32: `d = amax / 127`, `q = round(x / d)` (to nearest, ties to even),
 /// and `s = d · Σq` per 16 values. (`x86::quantize_row` gives the same bits on AVX2.)
 fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
-    let blocks = x
-        .chunks_exact(32)
-        .zip(q.chunks_exact_mut(32))
-        .zip(d.iter_mut())
-        .zip(s.chunks_exact_mut(2));
-    for (((xb, qb), d), s) in blocks {
+    for (xb, qb, d, s) in row_blocks(x, q, d, s) {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
         *d = amax / 127.0;
         let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };

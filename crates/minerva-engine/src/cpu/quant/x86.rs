@@ -48,12 +48,7 @@ pub(super) unsafe fn hsum(acc: __m256) -> f32 {
 pub(super) unsafe fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
     let magic = _mm256_set1_ps(super::MAGIC);
     let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
-    let blocks = x
-        .chunks_exact(32)
-        .zip(q.chunks_exact_mut(32))
-        .zip(d.iter_mut())
-        .zip(s.chunks_exact_mut(2));
-    for (((xb, qb), d), s) in blocks {
+    for (xb, qb, d, s) in super::row_blocks(x, q, d, s) {
         let p = xb.as_ptr();
         let v = [
             _mm256_loadu_ps(p),
