@@ -4,10 +4,10 @@
 //! rows are spread over the cores with rayon.
 
 use crate::backend::{Linear, MatView, VecRef};
-use crate::cpu::quant::{self, QuantX};
+use crate::cpu::quant::{self, packed::Turn, QuantX};
 use crate::cpu::{map_tasks, PARALLEL_WORK};
 use crate::error::{EngineError, Result};
-use minerva_formats::{dequantize_rows, TensorView};
+use minerva_formats::{dequantize_rows, TensorData, TensorView};
 use rayon::prelude::*;
 
 /// Output rows decoded per task: enough work per task, a small buffer per task.
@@ -81,29 +81,54 @@ pub struct Scratch {
     by_row: Vec<f32>,
 }
 
+/// A weight as the backend holds it: its view, and how it is packed where it is
+/// ([`quant::packed`]).
+pub struct Matrix<'a> {
+    pub view: TensorView<'a>,
+    pub turn: Option<Turn>,
+}
+
 /// `out[t, j] = Σ_i x[t, i] · W[j, i] + b[j]` for `n` tokens; `x` is `[n, in]`, `out` `[n, out]`.
 /// With `scratch`, block types that have an integer kernel take the fast path; without, or
 /// for float weights, the f32 reference path.
 pub fn linear(
     x: &[f32],
     n: usize,
-    w: &TensorView,
+    w: &Matrix,
     lin: &Linear,
     bias: Option<&TensorView>,
     out: &mut [f32],
     scratch: Option<&mut Scratch>,
 ) -> Result<()> {
-    let m = &lin.w;
-    let (rows, row_len) = check(w, m)?;
+    let (m, packed) = (&lin.w, w.turn.is_some());
+    let w_view = &w.view;
+    let (rows, row_len) = check(w_view, m)?;
     let (in_dim, out_dim) = (m.in_dim, m.out_dim);
     let x = &x[..n * in_dim];
     let out = &mut out[..n * out_dim];
     let fast = scratch
         .filter(|_| !m.input_major && in_dim.is_multiple_of(32))
         .and_then(|s| {
-            let rows = quant::Rows::new(w, m.matrix * rows + m.offset, m.stride)?;
-            Some((s, quant::kernel(w.dtype)?, rows))
+            let rows = quant::Rows::new(w_view, m.matrix * rows + m.offset, m.stride, packed)?;
+            Some((s, quant::kernel(w_view.dtype, packed)?, rows))
         });
+    if let (Some(turn), None) = (w.turn, &fast) {
+        // A view the packed kernels cannot read (strided, or from inside a group): the
+        // reference path on the bytes as stored. No model's views are of this kind.
+        let TensorData::Plain(bytes) = w_view.data else {
+            return Err(EngineError::Backend(format!("'{}' packed", w_view.name)));
+        };
+        let row_bytes = bytes.len() / w_view.rows().max(1);
+        let plain = turn.unpack(bytes, row_bytes);
+        let view = TensorView {
+            data: TensorData::Plain(&plain),
+            shape: w_view.shape.clone(),
+            ..*w_view
+        };
+        let w = Matrix { view, turn: None };
+        return linear(x, n, &w, lin, bias, out, None);
+    }
+    let w = w_view;
     if let Some((scratch, kernel, rows)) = fast {
         products(kernel, &rows, x, n, in_dim, out_dim, scratch, out);
     } else if m.input_major {
@@ -153,9 +178,11 @@ pub fn linear(
     Ok(())
 }
 
-/// Output rows per task: a few tasks per thread, so uneven ones even out.
+/// Output rows per task: a few tasks per thread, so uneven ones even out; in whole groups
+/// of eight, which the kernels take together (and packed rows need).
 fn rows_per_task(out_dim: usize) -> usize {
-    (out_dim / (8 * rayon::current_num_threads().max(1))).max(1)
+    let per = out_dim / (8 * rayon::current_num_threads().max(1));
+    per.max(1).next_multiple_of(quant::packed::ROWS)
 }
 
 /// The integer products over output rows, on the thread pool when the work is worth it.

@@ -21,6 +21,7 @@ use attention::KvStore;
 use minerva_formats::{
     dequantize_rows, Activation, DType, Mapping, RopeStyle, TensorData, TensorView,
 };
+use quant::packed::Turn;
 
 /// Below this many multiply-adds an op runs on the calling thread: handing small work to the
 /// thread pool costs more than it saves.
@@ -100,6 +101,8 @@ struct Stored {
     /// The buffers of `TensorData`, in its field order.
     bufs: Vec<Bytes>,
     kind: Kind,
+    /// How its rows are packed eight at a time for the products, where they are.
+    turn: Option<Turn>,
 }
 
 #[derive(Clone, Copy)]
@@ -111,6 +114,30 @@ enum Kind {
 }
 
 impl Stored {
+    /// Row `j` as f32, unpacked first where the rows are packed.
+    fn dequantize_row(&self, j: usize, out: &mut [f32]) -> Result<()> {
+        let view = self.view();
+        let Some(turn) = self.turn else {
+            return Ok(dequantize_rows(&view, j, 1, out)?);
+        };
+        let row_bytes = view.dtype.row_bytes(view.row_len()).unwrap_or(0);
+        if j >= view.rows() || row_bytes == 0 {
+            return Err(EngineError::Backend(format!(
+                "row {j} of '{}' ({} rows)",
+                view.name,
+                view.rows()
+            )));
+        }
+        let mut row = vec![0u8; row_bytes];
+        turn.unpack_row(&self.bufs[0], row_bytes, j, &mut row);
+        let one = TensorView {
+            shape: vec![1, view.row_len()],
+            data: TensorData::Plain(&row),
+            ..view
+        };
+        Ok(dequantize_rows(&one, 0, 1, out)?)
+    }
+
     fn view(&self) -> TensorView<'_> {
         let b = &self.bufs;
         let data = match self.kind {
@@ -144,45 +171,60 @@ impl Stored {
 pub struct Weights {
     list: Vec<Stored>,
     maps: Vec<Mapping>,
-    /// Copies on huge pages by where their bytes lie in a mapping (a tensor uploaded twice,
-    /// as tied embeddings are, is copied once).
-    resident: std::collections::HashMap<(usize, usize), std::sync::Arc<memmap2::Mmap>>,
+    /// Copies on huge pages by where their bytes lie in a mapping and whether they are
+    /// packed (a tensor uploaded twice, as tied embeddings are, is copied once).
+    resident: std::collections::HashMap<(usize, usize, bool), std::sync::Arc<memmap2::Mmap>>,
     fast: Option<std::sync::Mutex<matmul::Scratch>>,
 }
 
 impl Weights {
     fn get(&self, id: WeightId) -> Result<TensorView<'_>> {
+        self.stored(id).map(Stored::view)
+    }
+
+    fn stored(&self, id: WeightId) -> Result<&Stored> {
         self.list
             .get(id.0 as usize)
-            .map(Stored::view)
             .ok_or_else(|| EngineError::Backend(format!("unknown weight handle {}", id.0)))
     }
 
     /// `b` where it lies inside a shared mapping: on the fast path copied onto huge pages
-    /// where the system has them, else in place; outside the mappings, a copy.
-    fn keep(&mut self, b: &[u8]) -> Bytes {
+    /// where the system has them, else in place; outside the mappings, a copy. Where `pack`
+    /// is given (a turn and the bytes per row), the fast path's copy is packed, and the
+    /// second value says whether it was.
+    fn keep(&mut self, b: &[u8], pack: Option<(Turn, usize)>) -> (Bytes, bool) {
         let (start, end) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
         for map in &self.maps {
             let base = map.as_ptr() as usize;
             if start >= base && end <= base + map.len() {
                 let range = start - base..end - base;
                 if self.fast.is_some() {
-                    if let Some(m) = self.resident.get(&(start, b.len())) {
-                        return Bytes::Resident(m.clone());
+                    let key = (start, b.len(), pack.is_some());
+                    if let Some(m) = self.resident.get(&key) {
+                        return (Bytes::Resident(m.clone()), pack.is_some());
                     }
-                    if let Some(m) = resident::copy(map, range.clone()) {
+                    if let Some(m) = resident::copy(map, range.clone(), pack) {
                         let m = std::sync::Arc::new(m);
-                        self.resident.insert((start, b.len()), m.clone());
-                        return Bytes::Resident(m);
+                        self.resident.insert(key, m.clone());
+                        return (Bytes::Resident(m), pack.is_some());
+                    }
+                    if let (Some((turn, row_bytes)), true) = (pack, resident::releases()) {
+                        // Too small for huge pages, or none here: packed on the heap, and
+                        // the file's pages of it let go, so it is still held once.
+                        let mut packed = vec![0u8; b.len()];
+                        turn.pack(b, &mut packed, row_bytes);
+                        resident::release(map, range);
+                        return (Bytes::Owned(packed), true);
                     }
                 }
-                return Bytes::Mapped {
+                let mapped = Bytes::Mapped {
                     map: map.clone(),
                     range,
                 };
+                return (mapped, false);
             }
         }
-        Bytes::Owned(b.to_vec())
+        (Bytes::Owned(b.to_vec()), false)
     }
 
     fn vec(&self, v: &VecRef) -> Result<Vec<f32>> {
@@ -191,7 +233,11 @@ impl Weights {
 
     /// `out = x · Wᵀ + b` over `n` rows.
     pub fn linear(&self, x: &[f32], n: usize, lin: &Linear, out: &mut [f32]) -> Result<()> {
-        let w = self.get(lin.w.weight)?;
+        let stored = self.stored(lin.w.weight)?;
+        let w = matmul::Matrix {
+            view: stored.view(),
+            turn: stored.turn,
+        };
         let b = lin.bias.map(|b| self.get(b.weight)).transpose()?;
         // The lock is never contended: one backend runs one op at a time.
         let mut scratch = self
@@ -261,6 +307,20 @@ impl CpuBackend {
             .iter()
             .map(|s| s.bufs.iter().map(|b| b.len()).sum::<usize>())
             .sum()
+    }
+
+    /// How a weight's rows would be packed for the fast products, with its bytes per row;
+    /// None where they stay as stored (the reference path, or a type or shape that the
+    /// packed kernels do not take).
+    fn packing(&self, view: &TensorView) -> Option<(Turn, usize)> {
+        self.weights.fast.as_ref()?;
+        let rows = if view.shape.len() >= 2 {
+            view.shape[view.shape.len() - 2]
+        } else {
+            return None;
+        };
+        let turn = quant::packed::packs(view.dtype, rows, quant::Lanes::chosen())?;
+        Some((turn, view.dtype.row_bytes(view.row_len())?))
     }
 
     fn buf(&self, b: BufId) -> Result<&Buf> {
@@ -335,9 +395,15 @@ impl Backend for CpuBackend {
     }
 
     fn upload(&mut self, view: &TensorView) -> Result<WeightId> {
-        let mut keep = |b: &[u8]| self.weights.keep(b);
+        let mut keep = |b: &[u8]| self.weights.keep(b, None).0;
+        let mut turn = None;
         let (bufs, kind) = match view.data {
-            TensorData::Plain(b) => (vec![keep(b)], Kind::Plain),
+            TensorData::Plain(b) => {
+                let pack = self.packing(view);
+                let (bytes, packed) = self.weights.keep(b, pack);
+                turn = pack.filter(|_| packed).map(|(t, _)| t);
+                (vec![bytes], Kind::Plain)
+            }
             TensorData::MlxAffine {
                 weight,
                 scales,
@@ -360,11 +426,12 @@ impl Backend for CpuBackend {
             dtype: view.dtype,
             bufs,
             kind,
+            turn,
         };
         // Decode one row now, so an unsupported dtype fails at load, naming the tensor.
         if view.elements() > 0 {
             let mut row = vec![0f32; view.row_len()];
-            dequantize_rows(&stored.view(), 0, 1, &mut row)?;
+            stored.dequantize_row(0, &mut row)?;
         }
         self.weights.list.push(stored);
         Ok(WeightId(self.weights.list.len() as u32 - 1))
@@ -384,6 +451,7 @@ impl Backend for CpuBackend {
             dtype: DType::F32,
             bufs: vec![Bytes::Owned(bytes)],
             kind: Kind::Plain,
+            turn: None,
         };
         self.weights.list.push(stored);
         Ok(WeightId(self.weights.list.len() as u32 - 1))
@@ -419,7 +487,8 @@ impl Backend for CpuBackend {
     fn embed(&mut self, table: WeightId, ids: &[u32], out: BufId) -> Result<()> {
         let mut o = self.take(out, ids.len(), &[])?;
         let res = (|| {
-            let view = self.weights.get(table)?;
+            let stored = self.weights.stored(table)?;
+            let view = stored.view();
             let hidden = view.row_len();
             for (t, &id) in ids.iter().enumerate() {
                 if id as usize >= view.rows() {
@@ -428,7 +497,7 @@ impl Backend for CpuBackend {
                         view.rows()
                     )));
                 }
-                dequantize_rows(&view, id as usize, 1, &mut o[t * hidden..(t + 1) * hidden])?;
+                stored.dequantize_row(id as usize, &mut o[t * hidden..(t + 1) * hidden])?;
             }
             Ok(())
         })();

@@ -8,6 +8,7 @@
 //! are released right after its copy, so the process still holds each weight once: peak RSS
 //! is the weights plus the largest tensor, not twice the file.
 
+use crate::cpu::quant::packed::{Turn, ROWS};
 use memmap2::{Mmap, MmapOptions};
 use std::ops::Range;
 
@@ -25,10 +26,10 @@ pub fn enabled() -> bool {
     })
 }
 
-/// A copy of `map[range]` on huge pages, with the mapping's whole pages inside `range` then
-/// released; None where the range is small or the memory cannot be had (the caller then keeps
-/// the bytes in place).
-pub fn copy(map: &Mmap, range: Range<usize>) -> Option<Mmap> {
+/// A copy of `map[range]` on huge pages (packed as `pack` says: a turn and the bytes per
+/// row), with the mapping's whole pages inside `range` then released; None where the range
+/// is small or the memory cannot be had (the caller then keeps the bytes in place).
+pub fn copy(map: &Mmap, range: Range<usize>, pack: Option<(Turn, usize)>) -> Option<Mmap> {
     use rayon::prelude::*;
     let src = map.get(range.clone())?;
     if src.len() < MIN_BYTES || !enabled() {
@@ -41,16 +42,32 @@ pub fn copy(map: &Mmap, range: Range<usize>) -> Option<Mmap> {
         let _ = dst.advise(memmap2::Advice::HugePage);
     }
     const CHUNK: usize = 4 << 20;
-    dst.par_chunks_mut(CHUNK)
-        .zip(src.par_chunks(CHUNK))
-        .for_each(|(d, s)| d.copy_from_slice(s));
+    match pack {
+        Some((turn, row_bytes)) => {
+            // Whole groups of rows to a chunk.
+            let group = ROWS * row_bytes;
+            let chunk = (CHUNK / group).max(1) * group;
+            dst.par_chunks_mut(chunk)
+                .zip(src.par_chunks(chunk))
+                .for_each(|(d, s)| turn.pack(s, d, row_bytes));
+        }
+        None => dst
+            .par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .for_each(|(d, s)| d.copy_from_slice(s)),
+    }
     release(map, range);
     dst.make_read_only().ok()
 }
 
+/// Whether [`release`] lets pages go here.
+pub fn releases() -> bool {
+    cfg!(unix)
+}
+
 /// Drops the mapping's whole pages inside `range` from this process: the file stays in the
 /// page cache, and a later read of them (metadata beside a tensor) faults them back in.
-fn release(map: &Mmap, range: Range<usize>) {
+pub fn release(map: &Mmap, range: Range<usize>) {
     #[cfg(unix)]
     {
         const PAGE: usize = 4096;
@@ -85,7 +102,7 @@ mod tests {
         let map = unsafe { Mmap::map(file.as_file()) }.unwrap();
         // A range that starts and ends inside pages, as tensors do.
         let range = 1_000..len - 3_000;
-        match copy(&map, range.clone()) {
+        match copy(&map, range.clone(), None) {
             Some(copied) => assert!(copied[..] == bytes[range.clone()], "the copy's bytes"),
             None => assert!(!enabled(), "no copy where huge pages are on"),
         }
@@ -95,7 +112,7 @@ mod tests {
             "the mapping after its pages were released"
         );
         assert!(
-            copy(&map, 0..MIN_BYTES - 1).is_none(),
+            copy(&map, 0..MIN_BYTES - 1, None).is_none(),
             "small ranges stay in place"
         );
     }

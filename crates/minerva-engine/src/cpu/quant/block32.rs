@@ -389,6 +389,8 @@ unsafe fn turned_nibbles(q: [*const u8; R]) -> [__m256i; R] {
 /// the offsets as the lanes of the summed products order them.
 pub(super) struct Group {
     pub p: *const u8,
+    /// Bytes from a row's block to its next: the block's, or eight blocks' where packed.
+    pub step: usize,
     pub off: [isize; R],
     pub lanes: [isize; R],
 }
@@ -404,6 +406,10 @@ pub(super) trait Pass8 {
     const LANE_ROWS: [usize; R];
     /// Values per block: 32, or 256 for the K-quants.
     const UNIT: usize;
+    /// Bytes per block of one row.
+    const BLOCK: usize;
+    /// Whether the pass reads rows packed eight at a time ([`super::packed`]).
+    const PACKED: bool = false;
     /// Bytes of a stored row of `len` values.
     fn row_bytes(len: usize) -> usize;
     /// Block `b`'s scales (and mins) for the group's eight rows: [`SCALES`] floats per 32
@@ -477,13 +483,14 @@ impl<B: Block32> Pass8 for ByBlock<B> {
     type Rest = B;
     const LANE_ROWS: [usize; R] = B::LANE_ROWS;
     const UNIT: usize = 32;
+    const BLOCK: usize = B::BYTES;
     fn row_bytes(len: usize) -> usize {
         len / 32 * B::BYTES
     }
     /// The eight rows' scales, then their mins.
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
-        let (d, mn) = B::scales8(g.p.add(b * B::BYTES), &g.lanes);
+        let (d, mn) = B::scales8(g.p.add(b * g.step), &g.lanes);
         _mm256_storeu_ps(sc.as_mut_ptr(), d);
         _mm256_storeu_ps(sc.as_mut_ptr().add(R), mn);
     }
@@ -512,7 +519,7 @@ unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
     let mut acc = [_mm256_setzero_ps(); TT];
     let mut here = [0f32; SCALES];
     for b in 0..xblocks {
-        let p = g.p.add(b * B::BYTES);
+        let p = g.p.add(b * g.step);
         fetch_share(ahead, b, B::BYTES);
         // Plain loops, not `array::from_fn`: its closure would not inherit the target
         // features, and each value would become a call.
@@ -571,7 +578,9 @@ unsafe fn pass<B: Block32, D: Dot4, const TT: usize>(
 }
 
 /// Rows `js` of `rows` in groups of eight, every token of `x`, into `out[(j − js.start)·n + t]`;
-/// returns how many rows it did (the rest, fewer than eight, are left).
+/// returns how many rows it did (the rest, fewer than eight, are left). Packed rows come in
+/// whole groups: `js` starts at one, and a last group cut short by `js` is run whole, its
+/// extra rows' products dropped.
 #[inline(always)]
 pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
     rows: &Rows,
@@ -580,13 +589,31 @@ pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
     out: &mut [f32],
 ) -> usize {
     let n = x.n;
-    let count = js.len() / R;
+    let (count, done) = if P::PACKED {
+        (js.len().div_ceil(R), js.len())
+    } else {
+        (js.len() / R, js.len() / R * R)
+    };
     let group = |g: usize| -> Group {
         let first = js.start + g * R;
         let p = rows.w_ptr(first);
+        if P::PACKED {
+            let step = R * P::BLOCK;
+            return Group {
+                p,
+                step,
+                off: [0; R],
+                lanes: [0; R],
+            };
+        }
         let off: [isize; R] = std::array::from_fn(|r| rows.w_ptr(first + r).offset_from(p));
         let lanes = P::LANE_ROWS.map(|r| off[r]);
-        Group { p, off, lanes }
+        Group {
+            p,
+            step: P::BLOCK,
+            off,
+            lanes,
+        }
     };
     let all: Vec<Group> = (0..count).map(group).collect();
     let mut put = |g: usize, t0: usize, acc: &[__m256]| {
@@ -594,17 +621,21 @@ pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
             // A transmute, not a store: an intrinsic in a closure would be a call.
             let lanes: [f32; R] = std::mem::transmute(*a);
             for (&r, v) in P::LANE_ROWS.iter().zip(lanes) {
-                out[(g * R + r) * n + t0 + k] = v;
+                if g * R + r < done {
+                    out[(g * R + r) * n + t0 + k] = v;
+                }
             }
         }
     };
     // Where rows follow each other, the next group's bytes start where this group's end.
+    // (Packed groups are one stream, which the hardware prefetchers follow.)
     let row_bytes = P::row_bytes(x.len);
     let contiguous = |g: &Group| {
-        g.off
-            .iter()
-            .enumerate()
-            .all(|(r, &o)| o == (r * row_bytes) as isize)
+        !P::PACKED
+            && g.off
+                .iter()
+                .enumerate()
+                .all(|(r, &o)| o == (r * row_bytes) as isize)
     };
     let aheads: Vec<*const u8> = (0..all.len())
         .map(|g| match all.get(g + 1) {
@@ -616,7 +647,7 @@ pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
         for (gi, g) in all.iter().enumerate() {
             put(gi, 0, &P::pass::<D, 1>(g, aheads[gi], x, 0, None));
         }
-        return count * R;
+        return done;
     }
     // Every group's scales, decoded once for the tokens of a chunk.
     let mut sc = vec![0f32; x.blocks() * SCALES];
@@ -643,7 +674,7 @@ pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
             }
         }
     }
-    count * R
+    done
 }
 
 /// Kernel `P`'s rows `js` against every token of `x`, into `out[(j − js.start)·n + t]`: the

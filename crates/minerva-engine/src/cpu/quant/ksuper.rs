@@ -151,13 +151,14 @@ impl<B: Super> Pass8 for BySuper<B> {
     type Rest = B;
     const LANE_ROWS: [usize; R] = [0, 1, 2, 3, 4, 5, 6, 7];
     const UNIT: usize = 256;
+    const BLOCK: usize = B::BYTES;
     fn row_bytes(len: usize) -> usize {
         len / 256 * B::BYTES
     }
     /// Sub-block by sub-block: its eight rows' scales, then their mins.
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
-        k_scales8(g.p.add(b * B::BYTES), &g.lanes, sc)
+        k_scales8(g.p.add(b * g.step), &g.lanes, sc)
     }
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(
@@ -171,7 +172,7 @@ impl<B: Super> Pass8 for BySuper<B> {
         let mut acc = [_mm256_setzero_ps(); TT];
         let mut here = [0f32; 8 * SCALES];
         for b in 0..x.len / 256 {
-            let p = g.p.add(b * B::BYTES);
+            let p = g.p.add(b * g.step);
             let sc = unit_scales::<Self>(g, b, all, &mut here);
             for j in 0..8 {
                 // The next group a sub-block's share at a time: a block's share at once
@@ -238,6 +239,7 @@ impl Pass8 for Q6 {
     type Rest = Q6K;
     const LANE_ROWS: [usize; R] = [0, 1, 2, 3, 4, 5, 6, 7];
     const UNIT: usize = 256;
+    const BLOCK: usize = Q6K_BYTES;
     fn row_bytes(len: usize) -> usize {
         len / 256 * Q6K_BYTES
     }
@@ -245,7 +247,7 @@ impl Pass8 for Q6 {
     /// (half · 4 + row % 4).
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
-        q6_scales8(g.p.add(b * Q6K_BYTES), &g.lanes, sc)
+        q6_scales8(g.p.add(b * g.step), &g.lanes, sc)
     }
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(
@@ -259,7 +261,7 @@ impl Pass8 for Q6 {
         // Rows 0–3 and 4–7: lanes 0–3 the chunks' first halves, 4–7 their second halves.
         let (mut low, mut high) = ([_mm256_setzero_ps(); TT], [_mm256_setzero_ps(); TT]);
         for b in 0..x.len / 256 {
-            let p = g.p.add(b * Q6K_BYTES);
+            let p = g.p.add(b * g.step);
             let sc = unit_scales::<Self>(g, b, all, &mut here);
             for c in 0..8 {
                 fetch_share(ahead, 8 * b + c, Q6K_BYTES / 8);

@@ -14,8 +14,11 @@ mod blocks;
 mod dot;
 #[cfg(target_arch = "x86_64")]
 mod ksuper;
+pub mod packed;
 #[cfg(test)]
 mod tests;
+#[cfg(target_arch = "x86_64")]
+mod turned;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -115,6 +118,8 @@ pub struct Rows<'a> {
     view: &'a TensorView<'a>,
     base: usize,
     stride: usize,
+    /// Whether the rows are packed eight at a time ([`packed`]).
+    packed: bool,
     /// Bytes per row of the packed values, and of the scales (and biases) of split packs.
     w_bytes: usize,
     s_bytes: usize,
@@ -123,7 +128,17 @@ pub struct Rows<'a> {
 }
 
 impl<'a> Rows<'a> {
-    pub fn new(view: &'a TensorView<'a>, base: usize, stride: usize) -> Option<Rows<'a>> {
+    /// The rows, or None where the kernels cannot read them: a packed matrix is read only
+    /// in whole groups of eight, from a group's first row on.
+    pub fn new(
+        view: &'a TensorView<'a>,
+        base: usize,
+        stride: usize,
+        packed: bool,
+    ) -> Option<Rows<'a>> {
+        if packed && (stride != 1 || !base.is_multiple_of(packed::ROWS)) {
+            return None;
+        }
         let row = view.row_len();
         let (w_bytes, s_bytes, bits, group) = match (view.data, view.dtype) {
             (TensorData::Plain(_), dt) => (dt.row_bytes(row)?, 0, 0, 0),
@@ -144,6 +159,7 @@ impl<'a> Rows<'a> {
             view,
             base,
             stride,
+            packed,
             w_bytes,
             s_bytes,
             bits,
@@ -151,16 +167,23 @@ impl<'a> Rows<'a> {
         })
     }
 
-    /// Where output `j`'s packed values start: `src(j).w`, without building the rest.
+    /// Where output `j`'s packed values start: `src(j).w`, without building the rest. Where
+    /// the rows are packed, where the group of output `j` (a multiple of eight) starts.
     #[cfg(target_arch = "x86_64")]
     fn w_ptr(&self, j: usize) -> *const u8 {
         match self.view.data {
+            TensorData::Plain(b) if self.packed => {
+                let r = self.base + j;
+                debug_assert!(r.is_multiple_of(packed::ROWS));
+                b[r * self.w_bytes..].as_ptr()
+            }
             TensorData::Plain(b) => b[(self.base + j * self.stride) * self.w_bytes..].as_ptr(),
             _ => self.src(j).w.as_ptr(),
         }
     }
 
     fn src(&self, j: usize) -> RowSrc<'a> {
+        debug_assert!(!self.packed, "packed rows are read eight at a time");
         let r = self.base + j * self.stride;
         let at = |b: &'a [u8], per: usize| &b[r * per..(r + 1) * per];
         let (w, scales, biases, scale_dtype) = match self.view.data {
@@ -300,9 +323,38 @@ fn pick_q6k(lanes: Lanes) -> Kernel {
 }
 
 /// The integer kernel for a stored dtype on the chosen lanes, or None where only the
-/// reference path decodes it (f32/f16/bf16 weights, whose products stay in f32).
-pub fn kernel(dtype: DType) -> Option<Kernel> {
-    kernel_on(dtype, Lanes::chosen())
+/// reference path decodes it (f32/f16/bf16 weights, whose products stay in f32); for rows
+/// packed eight at a time where `packed`.
+pub fn kernel(dtype: DType, packed: bool) -> Option<Kernel> {
+    if packed {
+        packed_kernel_on(dtype, Lanes::chosen())
+    } else {
+        kernel_on(dtype, Lanes::chosen())
+    }
+}
+
+/// The kernel over rows packed eight at a time, for the types and lanes that
+/// [`packed::packs`] packs.
+pub fn packed_kernel_on(dtype: DType, lanes: Lanes) -> Option<Kernel> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use block32::{avx2, vnni};
+        use turned::Packed;
+        let k: Kernel = match (dtype, lanes) {
+            (DType::Q4_0, Lanes::Vnni) => vnni::<Packed<blocks::Q4_0>>,
+            (DType::Q4_0, Lanes::Avx2) => avx2::<Packed<blocks::Q4_0>>,
+            (DType::Q4_1, Lanes::Vnni) => vnni::<Packed<blocks::Q4_1>>,
+            (DType::Q4_1, Lanes::Avx2) => avx2::<Packed<blocks::Q4_1>>,
+            (DType::Q8_0, Lanes::Vnni) => vnni::<Packed<blocks::Q8_0>>,
+            _ => return None,
+        };
+        Some(k)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, lanes);
+        None
+    }
 }
 
 /// [`kernel`] on given lanes (which the processor must have: see [`Lanes::available`]).

@@ -3,8 +3,8 @@
 //! activations, row counts and token counts that are not multiples of the task or tile sizes,
 //! and strided views. The bound is what 8-bit activations can cost, computed per output.
 
-use super::super::matmul::{linear, Scratch};
-use super::{kernel_on, Lanes};
+use super::super::matmul::{linear, Matrix, Scratch};
+use super::{kernel_on, packed, packed_kernel_on, Lanes};
 use crate::backend::{Linear, MatView, WeightId};
 use half::{bf16, f16};
 use minerva_formats::{dequantize, DType, TensorData, TensorView};
@@ -119,11 +119,15 @@ fn check(view: &TensorView, what: &str) {
         let out_dim = l.w.out_dim;
         let mut exact = vec![0f32; n * out_dim];
         let mut got = vec![0f32; n * out_dim];
-        linear(&x, n, view, &l, None, &mut exact, None).unwrap();
+        let matrix = Matrix {
+            view: view.clone(),
+            turn: None,
+        };
+        linear(&x, n, &matrix, &l, None, &mut exact, None).unwrap();
         linear(
             &x,
             n,
-            view,
+            &matrix,
             &l,
             None,
             &mut got,
@@ -142,7 +146,7 @@ fn check(view: &TensorView, what: &str) {
         assert!(max <= 1.0, "{case}: largest error {max}× its bound");
         assert!(rms <= 1.0, "{case}: errors spread {rms}× the expected");
 
-        let rs = super::Rows::new(view, base + offset, stride).unwrap();
+        let rs = super::Rows::new(view, base + offset, stride, false).unwrap();
         let mut xq = super::QuantX::default();
         xq.quantize(&x, n, len);
         let mut want = vec![0f32; n * out_dim];
@@ -211,6 +215,107 @@ fn ggml_block_types_match_the_reference() {
             };
             check(&view, &format!("{}, rows of {len}", dtype.name()));
         }
+    }
+}
+
+/// Rows packed eight at a time give the same bits as the rows as stored: through the
+/// kernels (whole matrices, views from a later group, views that end inside a group) and
+/// through `linear`, whose strided views fall back to the reference path.
+#[test]
+fn packed_rows_give_the_bits_of_stored_rows() {
+    let mut rng = Rng(23);
+    let mut tested = 0;
+    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+        let (rows, len) = (40, 224);
+        let bytes = ggml_blocks(&mut rng, dtype, 2 * rows, len);
+        let row_bytes = dtype.row_bytes(len).unwrap();
+        let mut packed_bytes = vec![0u8; bytes.len()];
+        let view = |b: &'static [u8]| TensorView {
+            name: "w",
+            shape: vec![2, rows, len],
+            dtype,
+            data: TensorData::Plain(b),
+        };
+        for lanes in Lanes::available() {
+            let (Some(fast), Some(turn)) = (
+                packed_kernel_on(dtype, lanes),
+                packed::packs(dtype, rows, lanes),
+            ) else {
+                continue;
+            };
+            tested += 1;
+            turn.pack(&bytes, &mut packed_bytes, row_bytes);
+            // Leaked so the views can be 'static; a test's few KiB.
+            let stored: &'static [u8] = Box::leak(bytes.clone().into_boxed_slice());
+            let packed: &'static [u8] = Box::leak(packed_bytes.clone().into_boxed_slice());
+            let (plain_view, packed_view) = (view(stored), view(packed));
+            let slow = kernel_on(dtype, lanes).unwrap();
+            for n in [1, 5, 11] {
+                let x: Vec<f32> = (0..n * len).map(|_| rng.unit() * 3.0).collect();
+                let mut xq = super::QuantX::default();
+                xq.quantize(&x, n, len);
+                for (base, out_dim) in [(0, 40), (48, 32), (40, 13)] {
+                    let case = format!(
+                        "{} {}, {n} tokens, rows {base}+{out_dim}",
+                        dtype.name(),
+                        lanes.name()
+                    );
+                    let want_rows = super::Rows::new(&plain_view, base, 1, false).unwrap();
+                    let got_rows = super::Rows::new(&packed_view, base, 1, true).unwrap();
+                    let (mut want, mut got) = (vec![0f32; n * out_dim], vec![0f32; n * out_dim]);
+                    slow(&want_rows, 0..out_dim, &xq, &mut want);
+                    fast(&got_rows, 0..out_dim, &xq, &mut got);
+                    // Rows past the last whole group are done a row at a time when stored
+                    // as in the file: the same integers, scaled in another order.
+                    let whole = out_dim / 8 * 8 * n;
+                    let same = want[..whole]
+                        .iter()
+                        .zip(&got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{case}: packed products differ");
+                    for (a, b) in want[whole..].iter().zip(&got[whole..]) {
+                        assert!(
+                            (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+                            "{case}: {a} vs {b}"
+                        );
+                    }
+                }
+                assert!(
+                    super::Rows::new(&packed_view, 3, 1, true).is_none()
+                        && super::Rows::new(&packed_view, 0, 2, true).is_none(),
+                    "packed rows are read from a group's start, one after another"
+                );
+                // A strided view of packed rows: the reference path on the unpacked bytes.
+                let l = lin(rows, len, 1, 2, 1);
+                let packed_matrix = Matrix {
+                    view: packed_view.clone(),
+                    turn: Some(turn),
+                };
+                let plain_matrix = Matrix {
+                    view: plain_view.clone(),
+                    turn: None,
+                };
+                let out_dim = l.w.out_dim;
+                let (mut want, mut got) = (vec![0f32; n * out_dim], vec![0f32; n * out_dim]);
+                linear(&x, n, &plain_matrix, &l, None, &mut want, None).unwrap();
+                let mut scratch = Scratch::default();
+                linear(
+                    &x,
+                    n,
+                    &packed_matrix,
+                    &l,
+                    None,
+                    &mut got,
+                    Some(&mut scratch),
+                )
+                .unwrap();
+                assert_eq!(want, got, "{} strided view of packed rows", dtype.name());
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::has_avx2() {
+        assert!(tested >= 2, "packed kernels tested: {tested}");
     }
 }
 
