@@ -12,21 +12,63 @@ use super::blocks::{Block, Q4K, Q5K, Q6K};
 use super::QuantX;
 use std::arch::x86_64::*;
 
+/// Where a block's 32-byte vectors are read from: one row's block as stored, whose bytes
+/// `o..o + 32` are values 0..32 of something, or eight rows' packed block
+/// ([`super::packed`]), whose register `k` of the same vector holds values 4k..4k + 4 of each
+/// row. Value-by-value unpacking reads either alike.
+pub(super) trait Load {
+    /// # Safety
+    /// The vector at block offset `o` lies inside the block; the processor has AVX2.
+    unsafe fn at(&self, o: usize) -> __m256i;
+}
+
+/// One row's block at a pointer.
+pub(super) struct Stored(pub *const u8);
+
+impl Load for Stored {
+    #[inline(always)]
+    unsafe fn at(&self, o: usize) -> __m256i {
+        _mm256_loadu_si256(self.0.add(o) as *const __m256i)
+    }
+}
+
+/// Register `k` of eight rows' packed block at a pointer: block byte `o + 4k` of each row
+/// lies at `8·(o + 4k)`.
+pub(super) struct Turned(pub *const u8, pub usize);
+
+impl Load for Turned {
+    #[inline(always)]
+    unsafe fn at(&self, o: usize) -> __m256i {
+        _mm256_loadu_si256(self.0.add(R * (o + 4 * self.1)) as *const __m256i)
+    }
+}
+
+/// Eight rows' 32-bit words at block offset `o`: gathered from each row's block at
+/// `p + lanes[l]`, or one load where the rows are packed.
+#[inline(always)]
+unsafe fn word8<const PACKED: bool>(p: *const u8, o: usize, lanes: &[isize; R]) -> __m256i {
+    if PACKED {
+        _mm256_loadu_si256(p.add(R * o) as *const __m256i)
+    } else {
+        block32::gather(p.add(o), lanes)
+    }
+}
+
 /// A K-quant of 256 values in eight sub-blocks of 32, each with its own scale and min.
 pub(super) trait Super: Block {
     const BYTES: usize;
-    /// Sub-block `j`'s 32 values (unsigned, below 32).
+    /// Sub-block `j`'s 32 values (unsigned, below 32), from the block's vectors.
     ///
     /// # Safety
-    /// `blk` points at a whole block; the processor has AVX2.
-    unsafe fn sub(blk: *const u8, j: usize) -> __m256i;
+    /// `l` reads a whole block; the processor has AVX2.
+    unsafe fn sub<L: Load>(l: &L, j: usize) -> __m256i;
 }
 
-/// Sub-block `j` of nibbles at `qs`: sub-blocks 2c and 2c + 1 are the low and high nibbles
-/// of bytes 32c..32c + 32.
+/// Sub-block `j` of nibbles at block offset `qs`: sub-blocks 2c and 2c + 1 are the low and
+/// high nibbles of bytes 32c..32c + 32.
 #[inline(always)]
-unsafe fn nibbles(qs: *const u8, j: usize) -> __m256i {
-    let v = _mm256_loadu_si256(qs.add(32 * (j / 2)) as *const __m256i);
+unsafe fn nibbles<L: Load>(l: &L, qs: usize, j: usize) -> __m256i {
+    let v = l.at(qs + 32 * (j / 2));
     let v = if j.is_multiple_of(2) {
         v
     } else {
@@ -38,20 +80,20 @@ unsafe fn nibbles(qs: *const u8, j: usize) -> __m256i {
 impl Super for Q4K {
     const BYTES: usize = 144;
     #[inline(always)]
-    unsafe fn sub(blk: *const u8, j: usize) -> __m256i {
-        nibbles(blk.add(16), j)
+    unsafe fn sub<L: Load>(l: &L, j: usize) -> __m256i {
+        nibbles(l, 16, j)
     }
 }
 
 impl Super for Q5K {
     const BYTES: usize = 176;
     #[inline(always)]
-    unsafe fn sub(blk: *const u8, j: usize) -> __m256i {
+    unsafe fn sub<L: Load>(l: &L, j: usize) -> __m256i {
         // Bit j of each of the 32 bytes at 16 is the fifth bit.
-        let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
+        let qh = l.at(16);
         let bit = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32));
         let bit = _mm256_and_si256(bit, _mm256_set1_epi8(1));
-        _mm256_or_si256(nibbles(blk.add(48), j), _mm256_slli_epi16::<4>(bit))
+        _mm256_or_si256(nibbles(l, 48, j), _mm256_slli_epi16::<4>(bit))
     }
 }
 
@@ -74,18 +116,18 @@ unsafe fn top_bits(v: __m256i) -> __m256i {
     _mm256_slli_epi32::<4>(two)
 }
 
-/// Eight rows' Q4_K or Q5_K scales and mins, of the blocks at `p + lanes[l]` (d and dmin as
-/// f16, then twelve bytes of 6-bit scales and mins as ggml packs them), decoded in the rows'
-/// lanes: at `16·j` sub-block j's `d·scale`, at `16·j + 8` its `−dmin·min`. Each product is
-/// the one `blocks::k_scales` makes.
+/// Eight rows' Q4_K or Q5_K scales and mins, of the blocks at `p` ([`word8`]) (d and dmin
+/// as f16, then twelve bytes of 6-bit scales and mins as ggml packs them), decoded in the
+/// rows' lanes: at `16·j` sub-block j's `d·scale`, at `16·j + 8` its `−dmin·min`. Each
+/// product is the one `blocks::k_scales` makes.
 #[inline(always)]
-unsafe fn k_scales8(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
-    let (d, dmin) = block32::halves(block32::gather(p, lanes));
+unsafe fn k_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
+    let (d, dmin) = block32::halves(word8::<PACKED>(p, 0, lanes));
     let neg_dmin = _mm256_xor_ps(dmin, _mm256_set1_ps(-0.0));
     let (a0, a1, a2) = (
-        block32::gather(p.add(4), lanes),
-        block32::gather(p.add(8), lanes),
-        block32::gather(p.add(12), lanes),
+        word8::<PACKED>(p, 4, lanes),
+        word8::<PACKED>(p, 8, lanes),
+        word8::<PACKED>(p, 12, lanes),
     );
     let six = _mm256_set1_epi8(0x3F);
     let low4 = _mm256_set1_epi8(0x0F);
@@ -116,18 +158,23 @@ unsafe fn k_scales8(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
     }
 }
 
-/// Eight rows' Q6_K `d·scale`, of the blocks at `p + lanes[l]`: chunk c's rows 0–3 at `16·c`
-/// and rows 4–7 at `16·c + 8`, each by lane (half · 4 + row % 4). Each product is the one
-/// the reference makes (`d · scale as f32`).
+/// Eight rows' Q6_K `d·scale`, of the blocks at `p` ([`word8`]): chunk c's rows 0–3 at
+/// `16·c` and rows 4–7 at `16·c + 8`, each by lane (half · 4 + row % 4). Each product is the
+/// one the reference makes (`d · scale as f32`).
 #[inline(always)]
-unsafe fn q6_scales8(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
-    // d is the f16 at 208, the high half of the word at 206 (the word at 208 would reach
-    // past the block).
-    let (_, d) = block32::halves(block32::gather(p.add(206), lanes));
+unsafe fn q6_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
+    let d = if PACKED {
+        // The eight rows' f16 d side by side after their words.
+        _mm256_cvtph_ps(_mm_loadu_si128(p.add(R * 208) as *const __m128i))
+    } else {
+        // d is the f16 at 208, the high half of the word at 206 (the word at 208 would
+        // reach past the block).
+        block32::halves(block32::gather(p.add(206), lanes)).1
+    };
     let at = sc.as_mut_ptr();
     for k in 0..4 {
         // Scales 4k..4k + 4: chunks 2k and 2k + 1, two halves each.
-        let w = block32::gather(p.add(192 + 4 * k), lanes);
+        let w = word8::<PACKED>(p, 192 + 4 * k, lanes);
         for c in 0..2 {
             let h0 = _mm256_mul_ps(d, byte_f32(w, 2 * c, true));
             let h1 = _mm256_mul_ps(d, byte_f32(w, 2 * c + 1, true));
@@ -144,21 +191,22 @@ unsafe fn q6_scales8(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
     }
 }
 
-/// The kernel over 256-value blocks.
-pub(super) struct BySuper<B>(std::marker::PhantomData<B>);
+/// The kernel over 256-value blocks, stored as in the file or packed eight rows at a time.
+pub(super) struct BySuper<B, const PACKED: bool>(std::marker::PhantomData<B>);
 
-impl<B: Super> Pass8 for BySuper<B> {
+impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
     type Rest = B;
     const LANE_ROWS: [usize; R] = [0, 1, 2, 3, 4, 5, 6, 7];
     const UNIT: usize = 256;
     const BLOCK: usize = B::BYTES;
+    const PACKED: bool = PACKED;
     fn row_bytes(len: usize) -> usize {
         len / 256 * B::BYTES
     }
     /// Sub-block by sub-block: its eight rows' scales, then their mins.
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
-        k_scales8(g.p.add(b * g.step), &g.lanes, sc)
+        k_scales8::<PACKED>(g.p.add(b * g.step), &g.lanes, sc)
     }
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(
@@ -181,17 +229,23 @@ impl<B: Super> Pass8 for BySuper<B> {
                 // Plain loops, not `array::from_fn`: its closure would not inherit the
                 // target features.
                 let mut w = [_mm256_setzero_si256(); R];
-                for (w, &o) in w.iter_mut().zip(&g.off) {
-                    *w = B::sub(p.offset(o), j);
+                if PACKED {
+                    for (k, w) in w.iter_mut().enumerate() {
+                        *w = B::sub(&Turned(p, k), j);
+                    }
+                } else {
+                    for (w, &o) in w.iter_mut().zip(&g.off) {
+                        *w = B::sub(&Stored(p.offset(o)), j);
+                    }
                 }
                 let xb = 8 * b + j;
                 let (d, m) = (reg(sc, 2 * j), reg(sc, 2 * j + 1));
-                // Several tokens: the rows turned once (see `block32::transpose8`).
-                let wt = if TT > 1 { transpose8(&w) } else { w };
+                // Several tokens: the stored rows turned once (see `block32::transpose8`).
+                let wt = if TT > 1 && !PACKED { transpose8(&w) } else { w };
                 for (k, a) in acc.iter_mut().enumerate() {
                     let t = t0 + k;
                     let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
-                    let sums = if TT > 1 {
+                    let sums = if TT > 1 || PACKED {
                         dot8t::<D>(&wt, xq, 0..R)
                     } else {
                         dot8::<D>(&w, xq)
@@ -206,24 +260,24 @@ impl<B: Super> Pass8 for BySuper<B> {
 
 /// Q6_K, whose scales change every 16 values: eight rows at a time, each chunk's byte
 /// products summed by row and half (four rows' halves to a register) and scaled by
-/// `d·scale` per row and half.
-pub(super) struct Q6;
+/// `d·scale` per row and half; stored as in the file or packed.
+pub(super) struct Q6<const PACKED: bool>;
 
 const Q6K_BYTES: usize = 210;
 
 /// Chunk `c` (of eight) of a Q6_K block's values: four low bits from a nibble of bytes 0..128,
 /// two high bits from bytes 128..192.
 #[inline(always)]
-unsafe fn q6k_chunk(blk: *const u8, c: usize) -> __m256i {
+unsafe fn q6k_chunk<L: Load>(l: &L, c: usize) -> __m256i {
     let (h, s) = (c / 4, c % 4);
-    let ql = _mm256_loadu_si256(blk.add(64 * h + 32 * (s % 2)) as *const __m256i);
+    let ql = l.at(64 * h + 32 * (s % 2));
     let ql = if s < 2 {
         ql
     } else {
         _mm256_srli_epi16::<4>(ql)
     };
     let low = _mm256_and_si256(ql, _mm256_set1_epi8(0x0F));
-    let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
+    let qh = l.at(128 + 32 * h);
     let top = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s as i32));
     let top = _mm256_and_si256(top, _mm256_set1_epi8(3));
     _mm256_or_si256(low, _mm256_slli_epi16::<4>(top))
@@ -235,11 +289,12 @@ unsafe fn by_half(v: &[__m256i]) -> __m256i {
     _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]))
 }
 
-impl Pass8 for Q6 {
+impl<const PACKED: bool> Pass8 for Q6<PACKED> {
     type Rest = Q6K;
     const LANE_ROWS: [usize; R] = [0, 1, 2, 3, 4, 5, 6, 7];
     const UNIT: usize = 256;
     const BLOCK: usize = Q6K_BYTES;
+    const PACKED: bool = PACKED;
     fn row_bytes(len: usize) -> usize {
         len / 256 * Q6K_BYTES
     }
@@ -247,7 +302,7 @@ impl Pass8 for Q6 {
     /// (half · 4 + row % 4).
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
-        q6_scales8(g.p.add(b * g.step), &g.lanes, sc)
+        q6_scales8::<PACKED>(g.p.add(b * g.step), &g.lanes, sc)
     }
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(
@@ -266,16 +321,22 @@ impl Pass8 for Q6 {
             for c in 0..8 {
                 fetch_share(ahead, 8 * b + c, Q6K_BYTES / 8);
                 let mut w = [_mm256_setzero_si256(); R];
-                for (w, &o) in w.iter_mut().zip(&g.off) {
-                    *w = q6k_chunk(p.offset(o), c);
+                if PACKED {
+                    for (k, w) in w.iter_mut().enumerate() {
+                        *w = q6k_chunk(&Turned(p, k), c);
+                    }
+                } else {
+                    for (w, &o) in w.iter_mut().zip(&g.off) {
+                        *w = q6k_chunk(&Stored(p.offset(o)), c);
+                    }
                 }
                 let xb = 8 * b + c;
                 let (s_low, s_high) = (reg(sc, 2 * c), reg(sc, 2 * c + 1));
-                let wt = if TT > 1 { transpose8(&w) } else { w };
+                let wt = if TT > 1 && !PACKED { transpose8(&w) } else { w };
                 for k in 0..TT {
                     let t = t0 + k;
                     let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
-                    let sums = if TT > 1 {
+                    let sums = if TT > 1 || PACKED {
                         // Rows 0–7's first halves and second halves, regrouped by four rows.
                         let (h0, h1) = (dot8t::<D>(&wt, xq, 0..4), dot8t::<D>(&wt, xq, 4..R));
                         [

@@ -300,8 +300,8 @@ fn pick32<B: Block>(lanes: Lanes) -> Kernel {
 #[cfg(target_arch = "x86_64")]
 fn pick_super<B: ksuper::Super>(lanes: Lanes) -> Kernel {
     match lanes {
-        Lanes::Vnni => block32::vnni::<ksuper::BySuper<B>>,
-        Lanes::Avx2 => block32::avx2::<ksuper::BySuper<B>>,
+        Lanes::Vnni => block32::vnni::<ksuper::BySuper<B, false>>,
+        Lanes::Avx2 => block32::avx2::<ksuper::BySuper<B, false>>,
         _ => pick::<B>(lanes),
     }
 }
@@ -315,9 +315,9 @@ fn pick_super<B: Block>(lanes: Lanes) -> Kernel {
 fn pick_q6k(lanes: Lanes) -> Kernel {
     match lanes {
         #[cfg(target_arch = "x86_64")]
-        Lanes::Vnni => block32::vnni::<ksuper::Q6>,
+        Lanes::Vnni => block32::vnni::<ksuper::Q6<false>>,
         #[cfg(target_arch = "x86_64")]
-        Lanes::Avx2 => block32::avx2::<ksuper::Q6>,
+        Lanes::Avx2 => block32::avx2::<ksuper::Q6<false>>,
         _ => pick::<blocks::Q6K>(lanes),
     }
 }
@@ -339,8 +339,16 @@ pub fn packed_kernel_on(dtype: DType, lanes: Lanes) -> Option<Kernel> {
     #[cfg(target_arch = "x86_64")]
     {
         use block32::{avx2, vnni};
+        use blocks::{Q4K, Q5K};
+        use ksuper::{BySuper, Q6};
         use turned::Packed;
         let k: Kernel = match (dtype, lanes) {
+            (DType::Q4_K, Lanes::Vnni) => vnni::<BySuper<Q4K, true>>,
+            (DType::Q4_K, Lanes::Avx2) => avx2::<BySuper<Q4K, true>>,
+            (DType::Q5_K, Lanes::Vnni) => vnni::<BySuper<Q5K, true>>,
+            (DType::Q5_K, Lanes::Avx2) => avx2::<BySuper<Q5K, true>>,
+            (DType::Q6_K, Lanes::Vnni) => vnni::<Q6<true>>,
+            (DType::Q6_K, Lanes::Avx2) => avx2::<Q6<true>>,
             (DType::Q4_0, Lanes::Vnni) => vnni::<Packed<blocks::Q4_0>>,
             (DType::Q4_0, Lanes::Avx2) => avx2::<Packed<blocks::Q4_0>>,
             (DType::Q4_1, Lanes::Vnni) => vnni::<Packed<blocks::Q4_1>>,

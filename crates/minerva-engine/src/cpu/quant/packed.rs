@@ -30,7 +30,8 @@ impl Turn {
     pub fn of(dtype: DType) -> Option<Turn> {
         let (lead, tail) = match dtype {
             DType::Q4_0 | DType::Q8_0 => (2, 0),
-            DType::Q4_1 => (0, 0),
+            DType::Q4_1 | DType::Q4_K | DType::Q5_K => (0, 0),
+            DType::Q6_K => (0, 2),
             _ => return None,
         };
         let block = dtype.block_bytes();
@@ -119,7 +120,13 @@ mod tests {
 
     #[test]
     fn packing_moves_every_byte_once_and_rows_unpack_as_stored() {
-        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q8_0,
+            DType::Q4_K,
+            DType::Q6_K,
+        ] {
             let turn = Turn::of(dtype).unwrap();
             let row_bytes = 3 * dtype.block_bytes();
             let src: Vec<u8> = (0..2 * ROWS * row_bytes)

@@ -225,8 +225,15 @@ fn ggml_block_types_match_the_reference() {
 fn packed_rows_give_the_bits_of_stored_rows() {
     let mut rng = Rng(23);
     let mut tested = 0;
-    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
-        let (rows, len) = (40, 224);
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q8_0,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ] {
+        let (rows, len) = (40, if dtype.block_elems() == 256 { 512 } else { 224 });
         let bytes = ggml_blocks(&mut rng, dtype, 2 * rows, len);
         let row_bytes = dtype.row_bytes(len).unwrap();
         let mut packed_bytes = vec![0u8; bytes.len()];
@@ -273,11 +280,9 @@ fn packed_rows_give_the_bits_of_stored_rows() {
                         .zip(&got)
                         .all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(same, "{case}: packed products differ");
+                    let size = want.iter().fold(1f32, |m, v| m.max(v.abs()));
                     for (a, b) in want[whole..].iter().zip(&got[whole..]) {
-                        assert!(
-                            (a - b).abs() <= 1e-5 * a.abs().max(1.0),
-                            "{case}: {a} vs {b}"
-                        );
+                        assert!((a - b).abs() <= 1e-4 * size, "{case}: {a} vs {b}");
                     }
                 }
                 assert!(
@@ -315,7 +320,7 @@ fn packed_rows_give_the_bits_of_stored_rows() {
     }
     #[cfg(target_arch = "x86_64")]
     if super::x86::has_avx2() {
-        assert!(tested >= 2, "packed kernels tested: {tested}");
+        assert!(tested >= 6, "packed kernels tested: {tested}");
     }
 }
 
