@@ -1,5 +1,6 @@
 //! Causal attention over a per-layer KV cache, with GQA, sliding windows and sinks. Heads
-//! (and tokens) are spread over the cores.
+//! (and tokens) are spread over the cores. The fast path's f16 cache is read in tiles
+//! ([`super::attention_tiled`]); the reference path's f32 cache a query at a time, here.
 
 use crate::backend::{AttnParams, KvSpec};
 use crate::cpu::matmul::dot;
@@ -10,44 +11,43 @@ use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 /// Cached keys or values: f16 on the fast path (half the memory; llama.cpp's default too),
-/// f32 on the reference one.
+/// f32 on the reference one. By slot, `[cap, width]`, or, for the fast path's keys, turned,
+/// `[width, cap]` (see [`super::attention_tiled`]).
 enum Cached {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    F16Turned(Vec<f16>),
 }
 
 impl Cached {
-    /// `n` zeros, or None where the memory cannot hold them.
-    fn zeroed(n: usize, half: bool) -> Option<Cached> {
+    /// `n` zeros, or None where the memory cannot hold them; turned where `half` and
+    /// `turned`.
+    fn zeroed(n: usize, half: bool, turned: bool) -> Option<Cached> {
         fn zeros<T: Clone>(n: usize, zero: T) -> Option<Vec<T>> {
             let mut v = Vec::new();
             v.try_reserve_exact(n).ok()?;
             v.resize(n, zero);
             Some(v)
         }
-        Some(if half {
+        Some(if half && turned {
+            Cached::F16Turned(zeros(n, f16::ZERO)?)
+        } else if half {
             Cached::F16(zeros(n, f16::ZERO)?)
         } else {
             Cached::F32(zeros(n, 0.0)?)
         })
     }
 
-    fn write(&mut self, at: usize, src: &[f32]) {
+    /// Stores one position's values (a row of the cache's width) in `slot` of `cap`.
+    fn write(&mut self, slot: usize, cap: usize, src: &[f32]) {
+        let at = slot * src.len();
         match self {
             Cached::F32(c) => c[at..at + src.len()].copy_from_slice(src),
             Cached::F16(c) => c[at..at + src.len()].convert_from_f32_slice(src),
-        }
-    }
-
-    /// The first `len` values as f32: in place, or converted once into `buf` (one pass for
-    /// every head and query of a step, rather than a conversion per read).
-    fn as_f32<'a>(&'a self, len: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
-        match self {
-            Cached::F32(c) => &c[..len],
-            Cached::F16(c) => {
-                buf.resize(len, 0.0);
-                c[..len].convert_to_f32_slice(buf);
-                buf
+            Cached::F16Turned(c) => {
+                for (col, &x) in src.iter().enumerate() {
+                    c[col * cap + slot] = f16::from_f32(x);
+                }
             }
         }
     }
@@ -72,8 +72,8 @@ impl KvStore {
             None => spec.ctx,
         };
         let width = spec.n_kv_heads * spec.head_dim;
-        let zeroed = || Cached::zeroed(cap.checked_mul(width)?, half);
-        let (Some(k), Some(v)) = (zeroed(), zeroed()) else {
+        let zeroed = |turned| Cached::zeroed(cap.checked_mul(width)?, half, turned);
+        let (Some(k), Some(v)) = (zeroed(true), zeroed(false)) else {
             return Err(EngineError::Invalid(format!(
                 "not enough memory for a KV cache of {cap} tokens × {width} values per layer"
             )));
@@ -94,23 +94,37 @@ impl KvStore {
         let (hd, w) = (p.head_dim, self.width);
         for t in 0..p.n {
             let slot = (p.pos + t) % self.cap;
-            self.k.write(slot * w, &k[t * w..(t + 1) * w]);
-            self.v.write(slot * w, &v[t * w..(t + 1) * w]);
+            self.k.write(slot, self.cap, &k[t * w..(t + 1) * w]);
+            self.v.write(slot, self.cap, &v[t * w..(t + 1) * w]);
         }
         let q_width = p.n_heads * hd;
         let cap = self.cap;
-        let held = (p.pos + p.n).min(cap) * w;
-        let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+        let work = p.n * p.n_heads * hd * (p.pos + p.n).min(self.cap);
+        // Threads are awake through a step (`run_awake`): a split pays from a quarter.
+        let parallel = work >= PARALLEL_WORK / 4;
+        let (k, v) = match (&self.k, &self.v) {
+            (Cached::F16Turned(kt), Cached::F16(v)) => {
+                let cache = super::attention_tiled::Cache {
+                    kt,
+                    v,
+                    cap,
+                    width: w,
+                };
+                super::attention_tiled::attend(&cache, q, sinks, p, out, parallel);
+                return;
+            }
+            (Cached::F32(k), Cached::F32(v)) => (k, v),
+            _ => unreachable!("a cache is f16 (keys turned) or f32 throughout"),
+        };
         let job = Heads {
             q,
-            k: self.k.as_f32(held, &mut kbuf),
-            v: self.v.as_f32(held, &mut vbuf),
+            k,
+            v,
             sinks,
             p,
             cap,
             width: w,
         };
-        let work = p.n * p.n_heads * hd * (p.pos + p.n).min(self.cap);
         #[cfg(target_arch = "x86_64")]
         let avx2 = super::quant::Lanes::chosen() != super::quant::Lanes::Portable;
         let head = |(idx, o): (usize, &mut [f32])| {
@@ -123,13 +137,17 @@ impl KvStore {
             job.one(idx, o)
         };
         let out = &mut out[..p.n * q_width];
-        // Threads are awake through a step (`run_awake`): a split pays from a quarter.
-        if work >= PARALLEL_WORK / 4 {
+        if parallel {
             out.par_chunks_mut(hd).enumerate().for_each(head);
         } else {
             out.chunks_mut(hd).enumerate().for_each(head);
         }
     }
+}
+
+/// The first position a query at `pos` sees: its window's start, or 0.
+pub(super) fn first_key(p: &AttnParams, pos: usize) -> usize {
+    p.window.map_or(0, |win| (pos + 1).saturating_sub(win))
 }
 
 /// One step's attention: queries, the cache as f32, and what to attend with.
@@ -152,7 +170,7 @@ impl Heads<'_> {
         let (t, h) = (idx / p.n_heads, idx % p.n_heads);
         let kvh = h / (p.n_heads / p.n_kv_heads.max(1)).max(1);
         let pos = p.pos + t;
-        let first = p.window.map_or(0, |win| (pos + 1).saturating_sub(win));
+        let first = first_key(p, pos);
         let q_width = p.n_heads * hd;
         let qh = &self.q[t * q_width + h * hd..t * q_width + (h + 1) * hd];
         let at = |j: usize| (j % cap) * w + kvh * hd;

@@ -5,6 +5,7 @@
 //! the cores.
 
 mod attention;
+mod attention_tiled;
 mod matmul;
 mod moe;
 pub mod quant;
