@@ -454,6 +454,17 @@ pub(super) unsafe fn unit_scales<'a, P: Pass8>(
     }
 }
 
+/// A block's eight scales and mins, as the 32-value passes lay them out.
+///
+/// # Safety
+/// `sc` holds [`SCALES`] floats; the processor has AVX.
+#[inline(always)]
+pub(super) unsafe fn put_scales(sc: &mut [f32], d: __m256, mn: __m256) {
+    debug_assert!(sc.len() >= SCALES);
+    _mm256_storeu_ps(sc.as_mut_ptr(), d);
+    _mm256_storeu_ps(sc.as_mut_ptr().add(R), mn);
+}
+
 /// Register `i` of eight floats at `sc`.
 #[inline(always)]
 pub(super) unsafe fn reg(sc: &[f32], i: usize) -> __m256 {
@@ -491,8 +502,7 @@ impl<B: Block32> Pass8 for ByBlock<B> {
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
         let (d, mn) = B::scales8(g.p.add(b * g.step), &g.lanes);
-        _mm256_storeu_ps(sc.as_mut_ptr(), d);
-        _mm256_storeu_ps(sc.as_mut_ptr().add(R), mn);
+        put_scales(sc, d, mn);
     }
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(

@@ -12,11 +12,16 @@ use std::arch::x86_64::*;
 pub(super) trait Turned32: Block32 {
     /// Bytes of the eight rows' scales (and mins) before their values.
     const HEAD: usize;
-    /// The eight rows' scales and mins, from the packed block at `p`.
+    /// The eight rows' scales and mins, from the packed block at `p`: by default eight f16
+    /// scales side by side, the min their multiple.
     ///
     /// # Safety
     /// `p` points at a whole packed block; the processor has AVX2 and F16C.
-    unsafe fn scales_at(p: *const u8) -> (__m256, __m256);
+    #[inline(always)]
+    unsafe fn scales_at(p: *const u8) -> (__m256, __m256) {
+        let d = f16x8(p);
+        (d, Self::min(d, d))
+    }
     /// The eight rows' values, from the packed block's values at `q`: register k holds
     /// values 4k..4k + 4 of row r in lane r, unsigned.
     ///
@@ -54,11 +59,6 @@ unsafe fn nibbles(q: *const u8) -> [__m256i; R] {
 impl Turned32 for Q4_0 {
     const HEAD: usize = 2 * R;
     #[inline(always)]
-    unsafe fn scales_at(p: *const u8) -> (__m256, __m256) {
-        let d = f16x8(p);
-        (d, Self::min(d, d))
-    }
-    #[inline(always)]
     unsafe fn values_at(q: *const u8) -> [__m256i; R] {
         nibbles(q)
     }
@@ -79,11 +79,6 @@ impl Turned32 for Q4_1 {
 
 impl Turned32 for Q8_0 {
     const HEAD: usize = 2 * R;
-    #[inline(always)]
-    unsafe fn scales_at(p: *const u8) -> (__m256, __m256) {
-        let d = f16x8(p);
-        (d, Self::min(d, d))
-    }
     #[inline(always)]
     unsafe fn values_at(q: *const u8) -> [__m256i; R] {
         let mut w = [_mm256_setzero_si256(); R];
@@ -109,8 +104,7 @@ impl<B: Turned32> Pass8 for Packed<B> {
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
         let (d, mn) = B::scales_at(g.p.add(b * g.step));
-        _mm256_storeu_ps(sc.as_mut_ptr(), d);
-        _mm256_storeu_ps(sc.as_mut_ptr().add(R), mn);
+        block32::put_scales(sc, d, mn);
     }
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(
