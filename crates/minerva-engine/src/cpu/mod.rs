@@ -321,7 +321,13 @@ impl CpuBackend {
             return None;
         };
         let turn = quant::packed::packs(view.dtype, rows, quant::Lanes::chosen())?;
-        Some((turn, view.dtype.row_bytes(view.row_len())?))
+        let row_bytes = view.dtype.row_bytes(view.row_len())?;
+        // Only whole rows of whole blocks, as many as the shape says.
+        let TensorData::Plain(bytes) = view.data else {
+            return None;
+        };
+        let whole = row_bytes > 0 && view.rows().checked_mul(row_bytes) == Some(bytes.len());
+        whole.then_some((turn, row_bytes))
     }
 
     fn buf(&self, b: BufId) -> Result<&Buf> {
@@ -720,6 +726,78 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::MatView;
+
+    /// A Q4_0 matrix in a mapped file: the fast backend packs it at upload (where its lanes
+    /// have packed kernels) and still reads its rows as stored through `embed`, and its
+    /// products match the reference backend's; a matrix of zero-length rows loads as it did.
+    #[test]
+    fn packed_weights_read_back_as_stored() {
+        use std::io::Write;
+        let (rows, len) = (16, 64);
+        let row_bytes = DType::Q4_0.row_bytes(len).unwrap();
+        let mut bytes: Vec<u8> = (0..rows * row_bytes)
+            .map(|i| (i * 37 % 251) as u8)
+            .collect();
+        for blk in bytes.chunks_exact_mut(18) {
+            blk[..2].copy_from_slice(&half::f16::from_f32(0.03).to_le_bytes());
+        }
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&bytes).unwrap();
+        // SAFETY: a temporary file of this test's own, not changed while mapped.
+        let map: Mapping =
+            std::sync::Arc::new(unsafe { memmap2::Mmap::map(file.as_file()) }.unwrap());
+        let view = TensorView {
+            name: "w",
+            shape: vec![rows, len],
+            dtype: DType::Q4_0,
+            data: TensorData::Plain(&map[..]),
+        };
+        let empty = TensorView {
+            name: "e",
+            shape: vec![rows, 0],
+            dtype: DType::Q4_0,
+            data: TensorData::Plain(&map[..0]),
+        };
+        let mut outs = Vec::new();
+        for mut backend in [CpuBackend::new(), CpuBackend::reference()] {
+            backend.share_mappings(std::slice::from_ref(&map));
+            backend.upload(&empty).unwrap();
+            let w = backend.upload(&view).unwrap();
+            let x = backend.alloc(2, len).unwrap();
+            backend.embed(w, &[3, 12], x).unwrap();
+            let embedded = backend.read_rows(x, 0, 2).unwrap();
+            let y = backend.alloc(2, rows).unwrap();
+            let lin = Linear {
+                w: MatView {
+                    weight: w,
+                    matrix: 0,
+                    input_major: false,
+                    offset: 0,
+                    stride: 1,
+                    out_dim: rows,
+                    in_dim: len,
+                },
+                bias: None,
+            };
+            backend.matmul(x, &lin, y, 2).unwrap();
+            let packed = backend.weights.list[1].turn.is_some();
+            outs.push((embedded, backend.read_rows(y, 0, 2).unwrap(), packed));
+        }
+        let (fast, reference) = (&outs[0], &outs[1]);
+        assert_eq!(fast.0, reference.0, "rows read back through embed");
+        let size = reference.1.iter().fold(1f32, |m, v| m.max(v.abs()));
+        for (a, b) in fast.1.iter().zip(&reference.1) {
+            assert!((a - b).abs() <= 0.01 * size, "products {a} vs {b}");
+        }
+        assert!(
+            !reference.2,
+            "the reference backend keeps the file's layout"
+        );
+        let lanes = quant::Lanes::chosen();
+        let packs = cfg!(unix) && quant::packed::packs(DType::Q4_0, rows, lanes).is_some();
+        assert_eq!(fast.2, packs, "packed where the lanes have packed kernels");
+    }
 
     /// A negative limit (refused by the spec check, but reachable through `load_with_spec`)
     /// gives numbers, not the panic `f32::clamp` raises on an inverted range.

@@ -66,6 +66,9 @@ impl Turn {
     /// whole number of groups).
     pub fn pack(&self, src: &[u8], dst: &mut [u8], row_bytes: usize) {
         debug_assert_eq!(src.len(), dst.len());
+        if row_bytes == 0 {
+            return;
+        }
         let group = ROWS * row_bytes;
         for (s, d) in src.chunks_exact(group).zip(dst.chunks_exact_mut(group)) {
             for (b, out) in d.chunks_exact_mut(ROWS * self.block).enumerate() {
@@ -83,6 +86,9 @@ impl Turn {
     /// A packed tensor's bytes as the file stores them.
     pub fn unpack(&self, packed: &[u8], row_bytes: usize) -> Vec<u8> {
         let mut out = vec![0u8; packed.len()];
+        if row_bytes == 0 {
+            return out;
+        }
         for (j, row) in out.chunks_exact_mut(row_bytes).enumerate() {
             self.unpack_row(packed, row_bytes, j, row);
         }
