@@ -25,7 +25,8 @@ use std::ops::Range;
 
 /// Rows per pass.
 pub(super) const R: usize = 8;
-/// Tokens per pass, each with one accumulator for the eight rows.
+/// Tokens per pass, each with one accumulator for the eight rows (kernels whose `WIDE_PASS`
+/// says so take twice as many).
 const T: usize = 4;
 /// Tokens whose activations stay in the caches while every group of rows passes over them.
 const CHUNK: usize = 64;
@@ -410,6 +411,10 @@ pub(super) trait Pass8 {
     const BLOCK: usize;
     /// Whether the pass reads rows packed eight at a time ([`super::packed`]).
     const PACKED: bool = false;
+    /// Whether prompts go `2·T` tokens a pass: where unpacking a block costs more than its
+    /// products with `T` tokens (the K-quants, whose values come from several fields), the
+    /// wider pass shares each unpacking with twice as many.
+    const WIDE_PASS: bool = false;
     /// Bytes of a stored row of `len` values.
     fn row_bytes(len: usize) -> usize;
     /// Block `b`'s scales (and mins) for the group's eight rows: [`SCALES`] floats per 32
@@ -673,6 +678,13 @@ pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
             let sc = Some(&sc[..]);
             let mut t = c0;
             let mut ahead = aheads[gi];
+            if P::WIDE_PASS {
+                while t + 2 * T <= c1 {
+                    put(gi, t, &P::pass::<D, { 2 * T }>(g, ahead, x, t, sc));
+                    ahead = std::ptr::null();
+                    t += 2 * T;
+                }
+            }
             while t + T <= c1 {
                 put(gi, t, &P::pass::<D, T>(g, ahead, x, t, sc));
                 ahead = std::ptr::null();

@@ -200,6 +200,7 @@ impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
     const UNIT: usize = 256;
     const BLOCK: usize = B::BYTES;
     const PACKED: bool = PACKED;
+    const WIDE_PASS: bool = true;
     fn row_bytes(len: usize) -> usize {
         len / 256 * B::BYTES
     }
@@ -295,6 +296,7 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
     const UNIT: usize = 256;
     const BLOCK: usize = Q6K_BYTES;
     const PACKED: bool = PACKED;
+    const WIDE_PASS: bool = true;
     fn row_bytes(len: usize) -> usize {
         len / 256 * Q6K_BYTES
     }
