@@ -297,6 +297,23 @@ pub(super) unsafe fn dot8t<D: Dot4>(wt: &[__m256i; R], xq: *const i8, ks: Range<
     _mm256_add_epi32(s[0], s[1])
 }
 
+/// [`dot8t`]'s sums in one chain started from `init`: where many tokens give independent
+/// chains, fewer operations than two chains joined.
+#[inline(always)]
+pub(super) unsafe fn dot8t_from<D: Dot4>(
+    init: __m256i,
+    wt: &[__m256i; R],
+    xq: *const i8,
+    ks: Range<usize>,
+) -> __m256i {
+    let mut s = init;
+    for k in ks {
+        let xk = _mm256_set1_epi32((xq.add(4 * k) as *const i32).read_unaligned());
+        s = D::dot_acc(s, wt[k], xk);
+    }
+    s
+}
+
 /// `acc + sums · d · dx + mn · sx` for eight rows' integer sums against activation block
 /// `xb` (of all tokens' blocks): its scale `dx` and `sx = dx·Σq`.
 #[inline(always)]
@@ -415,10 +432,13 @@ pub(super) trait Pass8 {
     /// products with `T` tokens (the K-quants, whose values come from several fields), the
     /// wider pass shares each unpacking with twice as many.
     const WIDE_PASS: bool = false;
+    /// Floats of a block's scales for the group's eight rows: [`SCALES`] per 32 values,
+    /// unless the pass lays out more.
+    const SCALE_FLOATS: usize = Self::UNIT / 32 * SCALES;
     /// Bytes of a stored row of `len` values.
     fn row_bytes(len: usize) -> usize;
-    /// Block `b`'s scales (and mins) for the group's eight rows: [`SCALES`] floats per 32
-    /// values, laid out as `pass` reads them.
+    /// Block `b`'s scales (and mins) for the group's eight rows: `SCALE_FLOATS` floats laid
+    /// out as `pass` reads them.
     ///
     /// # Safety
     /// The group's rows hold block `b`; `sc` has room; the processor has AVX2, FMA and F16C.
@@ -451,7 +471,7 @@ pub(super) unsafe fn unit_scales<'a, P: Pass8>(
     here: &'a mut [f32],
 ) -> &'a [f32] {
     match all {
-        Some(all) => all.get_unchecked(b * P::UNIT / 32 * SCALES..),
+        Some(all) => all.get_unchecked(b * P::SCALE_FLOATS..),
         None => {
             P::scales(g, b, here);
             here
@@ -667,8 +687,8 @@ pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
         return done;
     }
     // Every group's scales, decoded once for the tokens of a chunk.
-    let mut sc = vec![0f32; x.blocks() * SCALES];
-    let per = P::UNIT / 32 * SCALES;
+    let per = P::SCALE_FLOATS;
+    let mut sc = vec![0f32; x.len / P::UNIT * per];
     for c0 in (0..n).step_by(CHUNK) {
         let c1 = (c0 + CHUNK).min(n);
         for (gi, g) in all.iter().enumerate() {

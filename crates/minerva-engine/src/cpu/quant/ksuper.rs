@@ -5,8 +5,8 @@
 //! byte products summed into one register, one float step for the eight.
 
 use super::block32::{
-    self, dot8, dot8t, fetch_share, reg, scale8, transpose8, unit_scales, Dot4, Group, Pass8, R,
-    SCALES,
+    self, dot8, dot8t, dot8t_from, fetch_share, reg, scale8, transpose8, unit_scales, Dot4, Group,
+    Pass8, R, SCALES,
 };
 use super::blocks::{Block, Q4K, Q5K, Q6K};
 use super::QuantX;
@@ -158,9 +158,9 @@ unsafe fn k_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &m
     }
 }
 
-/// Eight rows' Q6_K `d·scale`, of the blocks at `p` ([`word8`]): chunk c's rows 0–3 at
-/// `16·c` and rows 4–7 at `16·c + 8`, each by lane (half · 4 + row % 4). Each product is the
-/// one the reference makes (`d · scale as f32`).
+/// Eight rows' Q6_K scales, of the blocks at `p` ([`word8`]): at `16·c` chunk c's scales of
+/// its first 16 values, at `16·c + 8` those of its last 16, as i32 (the bits in `sc`), a
+/// row per lane; at [`Q6_D`] the rows' `d`.
 #[inline(always)]
 unsafe fn q6_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
     let d = if PACKED {
@@ -172,21 +172,18 @@ unsafe fn q6_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &
         block32::halves(block32::gather(p.add(206), lanes)).1
     };
     let at = sc.as_mut_ptr();
+    _mm256_storeu_ps(at.add(Q6_D), d);
     for k in 0..4 {
         // Scales 4k..4k + 4: chunks 2k and 2k + 1, two halves each.
         let w = word8::<PACKED>(p, 192 + 4 * k, lanes);
         for c in 0..2 {
-            let h0 = _mm256_mul_ps(d, byte_f32(w, 2 * c, true));
-            let h1 = _mm256_mul_ps(d, byte_f32(w, 2 * c + 1, true));
             let chunk = 2 * k + c;
-            _mm256_storeu_ps(
-                at.add(SCALES * chunk),
-                _mm256_permute2f128_ps::<0x20>(h0, h1),
-            );
-            _mm256_storeu_ps(
-                at.add(SCALES * chunk + R),
-                _mm256_permute2f128_ps::<0x31>(h0, h1),
-            );
+            for half in 0..2 {
+                let byte = 2 * c + half;
+                let top = _mm256_sll_epi32(w, _mm_cvtsi32_si128(24 - 8 * byte as i32));
+                let scale = _mm256_srai_epi32::<24>(top);
+                _mm256_storeu_si256(at.add(SCALES * chunk + R * half) as *mut __m256i, scale);
+            }
         }
     }
 }
@@ -260,11 +257,13 @@ impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
 }
 
 /// Q6_K, whose scales change every 16 values: eight rows at a time, each chunk's byte
-/// products summed by row and half (four rows' halves to a register) and scaled by
-/// `d·scale` per row and half; stored as in the file or packed.
+/// products summed by row and half, the offset −32 taken off and the halves scaled in
+/// integers, then one float step per chunk; stored as in the file or packed.
 pub(super) struct Q6<const PACKED: bool>;
 
 const Q6K_BYTES: usize = 210;
+/// Where a block's `d` lies among its scales, after the eight chunks' ([`q6_scales8`]).
+const Q6_D: usize = 8 * SCALES;
 
 /// Chunk `c` (of eight) of a Q6_K block's values: four low bits from a nibble of bytes 0..128,
 /// two high bits from bytes 128..192.
@@ -297,11 +296,10 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
     const BLOCK: usize = Q6K_BYTES;
     const PACKED: bool = PACKED;
     const WIDE_PASS: bool = true;
+    const SCALE_FLOATS: usize = Q6_D + R;
     fn row_bytes(len: usize) -> usize {
         len / 256 * Q6K_BYTES
     }
-    /// `d·scale` chunk by chunk: rows 0–3's register, then rows 4–7's, each by lane
-    /// (half · 4 + row % 4).
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
         q6_scales8::<PACKED>(g.p.add(b * g.step), &g.lanes, sc)
@@ -314,12 +312,13 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
         t0: usize,
         all: Option<&[f32]>,
     ) -> [__m256; TT] {
-        let mut here = [0f32; 8 * SCALES];
-        // Rows 0–3 and 4–7: lanes 0–3 the chunks' first halves, 4–7 their second halves.
-        let (mut low, mut high) = ([_mm256_setzero_ps(); TT], [_mm256_setzero_ps(); TT]);
+        let xblocks = x.blocks();
+        let mut here = [0f32; Q6_D + R];
+        let mut acc = [_mm256_setzero_ps(); TT];
         for b in 0..x.len / 256 {
             let p = g.p.add(b * g.step);
             let sc = unit_scales::<Self>(g, b, all, &mut here);
+            let d = _mm256_loadu_ps(sc.as_ptr().add(Q6_D));
             for c in 0..8 {
                 fetch_share(ahead, 8 * b + c, Q6K_BYTES / 8);
                 let mut w = [_mm256_setzero_si256(); R];
@@ -333,17 +332,23 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
                     }
                 }
                 let xb = 8 * b + c;
-                let (s_low, s_high) = (reg(sc, 2 * c), reg(sc, 2 * c + 1));
+                let s_low = _mm256_castps_si256(reg(sc, 2 * c));
+                let s_high = _mm256_castps_si256(reg(sc, 2 * c + 1));
                 let wt = if TT > 1 && !PACKED { transpose8(&w) } else { w };
-                for k in 0..TT {
+                for (k, a) in acc.iter_mut().enumerate() {
                     let t = t0 + k;
                     let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
-                    let sums = if TT > 1 || PACKED {
-                        // Rows 0–7's first halves and second halves, regrouped by four rows.
-                        let (h0, h1) = (dot8t::<D>(&wt, xq, 0..4), dot8t::<D>(&wt, xq, 4..R));
+                    // Each half's sums start from the offset −32·Σq of the token's values.
+                    let sums = x.sums.as_ptr().add(t * 2 * xblocks + 2 * xb);
+                    let off = [
+                        _mm256_set1_epi32(-32 * *sums),
+                        _mm256_set1_epi32(-32 * *sums.add(1)),
+                    ];
+                    // Rows 0–7's sums over the chunk's first 16 values, then its last 16.
+                    let halves = if TT > 1 || PACKED {
                         [
-                            _mm256_permute2x128_si256::<0x20>(h0, h1),
-                            _mm256_permute2x128_si256::<0x31>(h0, h1),
+                            dot8t_from::<D>(off[0], &wt, xq, 0..4),
+                            dot8t_from::<D>(off[1], &wt, xq, 4..R),
                         ]
                     } else {
                         let xv = _mm256_loadu_si256(xq as *const __m256i);
@@ -351,52 +356,35 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
                         for (v, &w) in v.iter_mut().zip(&w) {
                             *v = D::dot(w, xv);
                         }
-                        [by_half(&v[..4]), by_half(&v[4..])]
+                        // Rows 0–3's halves, rows 4–7's, regrouped by half.
+                        let (r0, r4) = (by_half(&v[..4]), by_half(&v[4..]));
+                        [
+                            _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(r0, r4), off[0]),
+                            _mm256_add_epi32(_mm256_permute2x128_si256::<0x31>(r0, r4), off[1]),
+                        ]
                     };
-                    q6_step(&mut low[k], &mut high[k], sums, [s_low, s_high], x, t, xb);
+                    let dx = *x.d.get_unchecked(t * xblocks + xb);
+                    *a = q6_step(*a, halves, [s_low, s_high], d, dx);
                 }
             }
         }
-        let mut out = [_mm256_setzero_ps(); TT];
-        for (o, (l, h)) in out.iter_mut().zip(low.into_iter().zip(high)) {
-            *o = q6_rows(l, h);
-        }
-        out
+        acc
     }
 }
 
-/// Chunk `xb` of token `t` scaled into the accumulators of rows 0–3 and 4–7, from its sums
-/// by half (rows 0–3's register, rows 4–7's) and the rows' `d·scale`.
+/// `acc + d · dx · Σ_half scale · sum` for eight rows: a chunk's integer sums by half, the
+/// offset taken off (`halves`, a row per lane), and the rows' scales of each half. The
+/// integers stay below 2^25 (16 values of 63 · 128 · 128 per half).
 #[inline(always)]
 unsafe fn q6_step(
-    low: &mut __m256,
-    high: &mut __m256,
-    sums: [__m256i; 2],
-    sc: [__m256; 2],
-    x: &QuantX,
-    t: usize,
-    xb: usize,
-) {
-    let xblocks = x.blocks();
-    let dx = _mm256_set1_ps(*x.d.get_unchecked(t * xblocks + xb));
-    // The offset −32 against d·Σq of each half.
-    let s = x.s.as_ptr().add(t * 2 * xblocks + 2 * xb);
-    let s = _mm256_insertf128_ps::<1>(
-        _mm256_castps128_ps256(_mm_set1_ps(*s)),
-        _mm_set1_ps(*s.add(1)),
-    );
-    let s = _mm256_mul_ps(s, _mm256_set1_ps(-32.0));
-    let lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[0]), dx, s);
-    let hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[1]), dx, s);
-    *low = _mm256_fmadd_ps(sc[0], lo, *low);
-    *high = _mm256_fmadd_ps(sc[1], hi, *high);
-}
-
-/// The eight rows' products from their halves' accumulators: a row per lane.
-#[inline(always)]
-unsafe fn q6_rows(low: __m256, high: __m256) -> __m256 {
-    _mm256_add_ps(
-        _mm256_permute2f128_ps::<0x20>(low, high),
-        _mm256_permute2f128_ps::<0x31>(low, high),
-    )
+    acc: __m256,
+    halves: [__m256i; 2],
+    scales: [__m256i; 2],
+    d: __m256,
+    dx: f32,
+) -> __m256 {
+    let low = _mm256_mullo_epi32(halves[0], scales[0]);
+    let high = _mm256_mullo_epi32(halves[1], scales[1]);
+    let total = _mm256_cvtepi32_ps(_mm256_add_epi32(low, high));
+    _mm256_fmadd_ps(total, _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc)
 }

@@ -27,7 +27,8 @@ use minerva_formats::{DType, TensorData, TensorView};
 use std::ops::Range;
 
 /// Activations as 8-bit blocks: `x ≈ d[block] · q`, and per 16 values `s = d · Σq` (for the
-/// block types whose weights carry a min).
+/// block types whose weights carry a min) and `Σq` itself (for those whose values are
+/// offset, taken off in integers).
 #[derive(Default)]
 pub struct QuantX {
     pub n: usize,
@@ -35,6 +36,7 @@ pub struct QuantX {
     pub q: Vec<i8>,
     pub d: Vec<f32>,
     pub s: Vec<f32>,
+    pub sums: Vec<i32>,
 }
 
 impl QuantX {
@@ -53,20 +55,25 @@ impl QuantX {
         self.q.resize(n * len, 0);
         self.d.resize(n * len / 32, 0.0);
         self.s.resize(n * len / 16, 0.0);
+        self.sums.resize(n * len / 16, 0);
         let rows = x[..n * len]
             .par_chunks(len)
             .zip(self.q.par_chunks_mut(len))
             .zip(self.d.par_chunks_mut(len / 32))
-            .zip(self.s.par_chunks_mut(len / 16));
-        type Row<'a> = (((&'a [f32], &'a mut [i8]), &'a mut [f32]), &'a mut [f32]);
-        let one = |(((x, q), d), s): Row| {
+            .zip(self.s.par_chunks_mut(len / 16))
+            .zip(self.sums.par_chunks_mut(len / 16));
+        type Row<'a> = (
+            (((&'a [f32], &'a mut [i8]), &'a mut [f32]), &'a mut [f32]),
+            &'a mut [i32],
+        );
+        let one = |((((x, q), d), s), sums): Row| {
             #[cfg(target_arch = "x86_64")]
             if Lanes::chosen() != Lanes::Portable {
                 // SAFETY: lanes other than the portable ones are chosen only where the
                 // processor has AVX2.
-                return unsafe { x86::quantize_row(x, q, d, s) };
+                return unsafe { x86::quantize_row(x, q, d, s, sums) };
             }
-            quantize_row(x, q, d, s)
+            quantize_row(x, q, d, s, sums)
         };
         if n >= 8 {
             rows.for_each(one);
@@ -77,25 +84,34 @@ impl QuantX {
     }
 }
 
-/// A row's blocks of 32 values with the places of their quantized values, scale and sums of
-/// halves.
-type RowBlock<'a> = (&'a [f32], &'a mut [i8], &'a mut f32, &'a mut [f32]);
+/// A row's blocks of 32 values with the places of their quantized values, scale, and sums
+/// of halves (scaled, and as integers).
+type RowBlock<'a> = (
+    &'a [f32],
+    &'a mut [i8],
+    &'a mut f32,
+    &'a mut [f32],
+    &'a mut [i32],
+);
 
 fn row_blocks<'a>(
     x: &'a [f32],
     q: &'a mut [i8],
     d: &'a mut [f32],
     s: &'a mut [f32],
+    sums: &'a mut [i32],
 ) -> impl Iterator<Item = RowBlock<'a>> {
     let blocks = x.chunks_exact(32).zip(q.chunks_exact_mut(32));
     let blocks = blocks.zip(d.iter_mut()).zip(s.chunks_exact_mut(2));
-    blocks.map(|(((x, q), d), s)| (x, q, d, s))
+    let blocks = blocks.zip(sums.chunks_exact_mut(2));
+    blocks.map(|((((x, q), d), s), sums)| (x, q, d, s, sums))
 }
 
 /// One row in blocks of 32: `d = amax / 127`, `q = round(x / d)` (to nearest, ties to even),
-/// and `s = d · Σq` per 16 values. (`x86::quantize_row` gives the same bits on AVX2.)
-fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
-    for (xb, qb, d, s) in row_blocks(x, q, d, s) {
+/// and per 16 values `Σq` and `s = d · Σq`. (`x86::quantize_row` gives the same bits on
+/// AVX2.)
+fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], sums: &mut [i32]) {
+    for (xb, qb, d, s, halves) in row_blocks(x, q, d, s, sums) {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
         *d = amax / 127.0;
         let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
@@ -106,6 +122,7 @@ fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
         }
         s[0] = *d * sums[0] as f32;
         s[1] = *d * sums[1] as f32;
+        halves.copy_from_slice(&sums);
     }
 }
 

@@ -413,13 +413,30 @@ fn activations_quantize_alike_in_lanes_and_scalar() {
         *v = (i as f32 - 16.0) * 0.5;
     }
     x[100] = 1.0e6;
-    let mut scalar = (vec![0i8; len], vec![0f32; len / 32], vec![0f32; len / 16]);
+    let mut scalar = (
+        vec![0i8; len],
+        vec![0f32; len / 32],
+        vec![0f32; len / 16],
+        vec![0i32; len / 16],
+    );
     let mut lanes = scalar.clone();
-    super::quantize_row(&x, &mut scalar.0, &mut scalar.1, &mut scalar.2);
+    let (q, d, s, n) = (&mut scalar.0, &mut scalar.1, &mut scalar.2, &mut scalar.3);
+    super::quantize_row(&x, q, d, s, n);
+    let (q, d, s, n) = (&mut lanes.0, &mut lanes.1, &mut lanes.2, &mut lanes.3);
     // SAFETY: checked above that the processor has AVX2.
-    unsafe { super::x86::quantize_row(&x, &mut lanes.0, &mut lanes.1, &mut lanes.2) };
+    unsafe { super::x86::quantize_row(&x, q, d, s, n) };
     assert_eq!(scalar.0, lanes.0, "quantized values");
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&scalar.1), bits(&lanes.1), "block scales");
     assert_eq!(bits(&scalar.2), bits(&lanes.2), "sums of halves");
+    assert_eq!(scalar.3, lanes.3, "integer sums of halves");
+    let halves: Vec<i32> = scalar
+        .0
+        .chunks(16)
+        .map(|h| h.iter().map(|&q| q as i32).sum())
+        .collect();
+    assert_eq!(
+        scalar.3, halves,
+        "integer sums are the quantized values' sums"
+    );
 }

@@ -45,10 +45,16 @@ pub(super) unsafe fn hsum(acc: __m256) -> f32 {
 /// # Safety
 /// The processor has AVX2.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+pub(super) unsafe fn quantize_row(
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+    sums: &mut [i32],
+) {
     let magic = _mm256_set1_ps(super::MAGIC);
     let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
-    for (xb, qb, d, s) in super::row_blocks(x, q, d, s) {
+    for (xb, qb, d, s, halves) in super::row_blocks(x, q, d, s, sums) {
         let p = xb.as_ptr();
         let v = [
             _mm256_loadu_ps(p),
@@ -78,8 +84,10 @@ pub(super) unsafe fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mu
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         let bytes = _mm256_permutevar8x32_epi32(packed, order);
         _mm256_storeu_si256(qb.as_mut_ptr() as *mut __m256i, bytes);
-        s[0] = *d * lane_sum(_mm256_add_epi32(i[0], i[1])) as f32;
-        s[1] = *d * lane_sum(_mm256_add_epi32(i[2], i[3])) as f32;
+        halves[0] = lane_sum(_mm256_add_epi32(i[0], i[1]));
+        halves[1] = lane_sum(_mm256_add_epi32(i[2], i[3]));
+        s[0] = *d * halves[0] as f32;
+        s[1] = *d * halves[1] as f32;
     }
 }
 
