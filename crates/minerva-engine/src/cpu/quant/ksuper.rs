@@ -89,11 +89,19 @@ impl Super for Q5K {
     const BYTES: usize = 176;
     #[inline(always)]
     unsafe fn sub<L: Load>(l: &L, j: usize) -> __m256i {
-        // Bit j of each of the 32 bytes at 16 is the fifth bit.
+        // Bit j of each of the 32 bytes at 16 is the fifth bit: shifted to bit 4 of its
+        // byte (a shift of 16-bit lanes moves both bytes' bit j there), masked and ORed in
+        // (one ternary-logic operation where AVX-512 is on).
         let qh = l.at(16);
-        let bit = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32));
-        let bit = _mm256_and_si256(bit, _mm256_set1_epi8(1));
-        _mm256_or_si256(nibbles(l, 48, j), _mm256_slli_epi16::<4>(bit))
+        let at4 = if j <= 4 {
+            _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j as i32))
+        } else {
+            _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32 - 4))
+        };
+        _mm256_or_si256(
+            nibbles(l, 48, j),
+            _mm256_and_si256(at4, _mm256_set1_epi8(0x10)),
+        )
     }
 }
 
