@@ -111,3 +111,46 @@ fn pipelines_built_ahead_keep_their_errors_to_themselves() {
     assert_eq!(pipelines.len(), 1);
     ctx.check().unwrap();
 }
+
+/// Weights pass through the staging ring (two halves that start at 4 MiB and grow): tensors
+/// of odd sizes, one larger than a half, several filling both halves, some staged after a
+/// step (a read) has let the ring go, come back byte for byte, each padded with zeros to its
+/// buffer's size.
+#[test]
+fn staged_weights_read_back_exactly() {
+    let Some(ctx) = device() else { return };
+    let mut rng = Rng::new(11);
+    let mut upload = |i: usize, n: usize| {
+        let bytes: Vec<u8> = rng.vec(n).iter().flat_map(|v| v.to_le_bytes()).collect();
+        let name = format!("w{i}");
+        let view = TensorView {
+            name: &name,
+            shape: vec![1, n],
+            dtype: DType::F32,
+            data: TensorData::Plain(&bytes),
+        };
+        (GpuWeight::upload(&ctx, &view, 1).unwrap(), bytes)
+    };
+    let check = |(w, bytes): &(GpuWeight, Vec<u8>)| {
+        let buf = &w.parts[0].buffers[0];
+        let back = ctx.read_bytes(buf, 0, buf.size()).unwrap();
+        assert_eq!(back.len() as u64, buf.size());
+        assert!(back[..bytes.len()] == bytes[..], "{}: bytes differ", w.name);
+        assert!(
+            back[bytes.len()..].iter().all(|&b| b == 0),
+            "{}: padding",
+            w.name
+        );
+    };
+    // F32 rows of these many values: 4 B to 12 MB.
+    let first = [1usize, 5, 3_000_001, 700_000, 1_000_000, 9];
+    let second = [1_000_000usize, 3, 2_500_000, 1_000_000, 4_000_000];
+    let mut all: Vec<_> = first
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| upload(i, n))
+        .collect();
+    check(&all[1]);
+    all.extend(second.iter().enumerate().map(|(i, &n)| upload(10 + i, n)));
+    all.iter().for_each(check);
+}

@@ -60,17 +60,11 @@ pub struct GpuContext {
     submits: AtomicU64,
     dispatches: AtomicU64,
     weight_bytes: AtomicU64,
-    /// Bytes written through mapped-at-creation buffers since the queue last took them (see
-    /// [`GpuContext::note_staged`]).
-    staged_bytes: AtomicU64,
-    /// The submission that handed the last half of the staged bytes over.
-    staged_submission: Mutex<Option<wgpu::SubmissionIndex>>,
+    /// Weights on their way to the device.
+    staging: Mutex<super::staging::Staging>,
     profiler: Option<super::profile::Profiler>,
     timer: Option<super::profile::StepTimer>,
 }
-
-/// The most bytes of weights staged for upload at once (see [`GpuContext::note_staged`]).
-pub const STAGING_LIMIT: u64 = 256 << 20;
 
 fn rank(t: wgpu::DeviceType) -> u8 {
     match t {
@@ -210,8 +204,7 @@ impl GpuContext {
             submits: AtomicU64::new(0),
             dispatches: AtomicU64::new(0),
             weight_bytes: AtomicU64::new(0),
-            staged_bytes: AtomicU64::new(0),
-            staged_submission: Mutex::new(None),
+            staging: Mutex::default(),
             profiler,
             timer: super::profile::StepTimer::from_env(),
         })
@@ -242,35 +235,20 @@ impl GpuContext {
         })
     }
 
-    /// Counts bytes written into a buffer mapped at creation. wgpu copies such a buffer from a
-    /// staging buffer of its size at the next submit and frees that staging buffer only after
-    /// it: a load that never submits holds every weight twice until its end. Past
-    /// [`STAGING_LIMIT`], an empty submit and a wait hand the staged bytes over and free them.
-    ///
-    /// Staging goes in two halves of the limit: each half is submitted when full, and the load
-    /// then waits only for the half before it, so the copy to the device overlaps the writing of
-    /// the next half and no more than the limit is ever staged.
-    pub(crate) fn note_staged(&self, bytes: u64) -> GpuResult<()> {
-        let staged = self.staged_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        if staged < STAGING_LIMIT / 2 {
-            return Ok(());
-        }
-        self.staged_bytes.store(0, Ordering::Relaxed);
-        let now = self.queue.submit(std::iter::empty());
-        let before = self
-            .staged_submission
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .replace(now);
-        if let Some(index) = before {
-            self.device
-                .poll(wgpu::PollType::Wait {
-                    submission_index: Some(index),
-                    timeout: None,
-                })
-                .map_err(|e| GpuError::DeviceLost(e.to_string()))?;
-        }
+    /// Writes a weight's `bytes` into `dst` (zeros after them up to `size`) through the
+    /// staging ring ([`super::staging`]); the copies reach the queue before the next step.
+    pub(crate) fn stage(&self, dst: &wgpu::Buffer, bytes: &[u8], size: u64) -> GpuResult<()> {
+        let mut ring = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        ring.write(&self.device, &self.queue, dst, bytes, size)?;
+        drop(ring);
         self.check()
+    }
+
+    /// Submits the weight copies still recorded in the staging ring, and lets the ring go:
+    /// work is submitted once a load is done (its first step), and weights copied before it.
+    fn release_staging(&self) {
+        let mut ring = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        ring.release(&self.queue);
     }
 
     pub(crate) fn count_weight_bytes(&self, bytes: u64) {
@@ -430,6 +408,8 @@ impl GpuContext {
         dispatches: &[&super::pipelines::Dispatch],
         last: impl FnOnce(&mut wgpu::CommandEncoder),
     ) -> (wgpu::SubmissionIndex, Vec<super::profile::Pending>) {
+        // Weights still staged are copied before anything that may read them.
+        self.release_staging();
         let mut profiled = Vec::new();
         let mut submission = None;
         let mut last = Some(last);

@@ -16,6 +16,7 @@ pub mod pipelines;
 pub mod plan;
 pub mod profile;
 pub mod shader;
+mod staging;
 pub mod weights;
 
 pub use backend::GpuBackend;

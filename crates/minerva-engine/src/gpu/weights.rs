@@ -173,45 +173,19 @@ pub fn decoder_defines(dtype: DType, scale_dtype: Option<DType>) -> Option<Defin
 
 fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> GpuResult<wgpu::Buffer> {
     // Padded to whole vec4s: kernels read words (blocks like Q4_0's are 18 bytes), and f32
-    // vectors (norm weights) as vec4s.
-    let size = bytes.len().div_ceil(16).max(1) * 16;
+    // vectors (norm weights) as vec4s. The padding is written as zeros.
+    let size = (bytes.len().div_ceil(16).max(1) * 16) as u64;
     let buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
-        size: size as u64,
-        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: true,
+        size,
+        // COPY_SRC too, so that a weight can be read back as it landed.
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
     });
-    {
-        let mut view = buf
-            .slice(..)
-            .get_mapped_range_mut()
-            .map_err(|e| GpuError::OutOfMemory(format!("{label}: {e}")))?;
-        // Mapped-at-creation memory starts zeroed, so the padding needs no write.
-        copy_parallel(view.slice(..bytes.len()), bytes);
-    }
-    buf.unmap();
-    ctx.note_staged(size as u64)?;
+    ctx.stage(&buf, bytes, size)?;
     Ok(buf)
-}
-
-/// Copies a large tensor in chunks across threads: one core's copy (and the page faults of
-/// the file's mapping behind it) is what a load waits for.
-fn copy_parallel(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8]) {
-    use rayon::prelude::*;
-    const CHUNK: usize = 4 << 20;
-    if src.len() <= CHUNK || dst.len() < src.len() {
-        dst.copy_from_slice(src);
-        return;
-    }
-    // An address, so that the closure can cross threads.
-    let base = dst.as_raw_ptr().cast::<u8>().as_ptr() as usize;
-    src.par_chunks(CHUNK).enumerate().for_each(|(i, s)| {
-        // SAFETY: `dst` is mapped, writable and at least `src.len()` bytes long until this
-        // returns, and each chunk writes its own disjoint range of it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s.as_ptr(), (base as *mut u8).add(i * CHUNK), s.len())
-        }
-    });
 }
 
 impl GpuWeight {
