@@ -201,7 +201,12 @@ impl Model {
             s,
         };
         if model.backend.builds_kernels_on_first_use() {
+            let started = std::time::Instant::now();
             model.warm_up()?;
+            if crate::gpu::profile::timing_asked() {
+                let ms = started.elapsed().as_secs_f64() * 1e3;
+                eprintln!("load: kernels built by a throwaway step in {ms:.0} ms");
+            }
         }
         Ok(model)
     }

@@ -112,7 +112,7 @@ fn pipelines_built_ahead_keep_their_errors_to_themselves() {
     ctx.check().unwrap();
 }
 
-/// Weights pass through the staging ring (two halves that start at 4 MiB and grow): tensors
+/// Weights pass through the staging ring (two halves that start at 32 MiB and grow): tensors
 /// of odd sizes, one larger than a half, several filling both halves, some staged after a
 /// step (a read) has let the ring go, come back byte for byte, each padded with zeros to its
 /// buffer's size.
@@ -142,8 +142,8 @@ fn staged_weights_read_back_exactly() {
             w.name
         );
     };
-    // F32 rows of these many values: 4 B to 12 MB.
-    let first = [1usize, 5, 3_000_001, 700_000, 1_000_000, 9];
+    // F32 rows of these many values: 4 B to 36 MB.
+    let first = [1usize, 5, 9_000_001, 700_000, 1_000_000, 9];
     let second = [1_000_000usize, 3, 2_500_000, 1_000_000, 4_000_000];
     let mut all: Vec<_> = first
         .iter()

@@ -172,10 +172,14 @@ pub struct StepTimer {
     steps: Mutex<Vec<(usize, Duration, Duration)>>,
 }
 
+/// Whether `MINERVA_GPU_TIMING` asks for the host's timings.
+pub fn timing_asked() -> bool {
+    std::env::var("MINERVA_GPU_TIMING").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
 impl StepTimer {
     pub fn from_env() -> Option<StepTimer> {
-        let asked = std::env::var("MINERVA_GPU_TIMING").is_ok_and(|v| !v.is_empty() && v != "0");
-        asked.then(|| StepTimer {
+        timing_asked().then(|| StepTimer {
             steps: Mutex::new(Vec::new()),
         })
     }

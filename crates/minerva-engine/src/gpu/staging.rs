@@ -11,8 +11,8 @@ use std::sync::Arc;
 /// The most bytes of weights staged for upload at once: two halves of half as much.
 pub(crate) const STAGING_LIMIT: u64 = 256 << 20;
 /// A half's first size; it doubles each time it fills, up to half the limit, so a small
-/// model maps little more than it needs.
-const FIRST_HALF: u64 = 4 << 20;
+/// model maps little more than it needs, and a large one waits on few small halves.
+const FIRST_HALF: u64 = 32 << 20;
 /// Offsets into a mapped buffer must be multiples of this (wgpu's `MAP_ALIGNMENT`).
 const ALIGN: u64 = wgpu::MAP_ALIGNMENT;
 
