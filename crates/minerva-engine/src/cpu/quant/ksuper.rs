@@ -285,10 +285,15 @@ unsafe fn q6k_chunk<L: Load>(l: &L, c: usize) -> __m256i {
         _mm256_srli_epi16::<4>(ql)
     };
     let low = _mm256_and_si256(ql, _mm256_set1_epi8(0x0F));
+    // Bits 2s, 2s + 1 of each byte at 128 + 32h, shifted straight to bits 4–5 (a shift of
+    // 16-bit lanes moves both bytes' pair there), masked and ORed in.
     let qh = l.at(128 + 32 * h);
-    let top = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s as i32));
-    let top = _mm256_and_si256(top, _mm256_set1_epi8(3));
-    _mm256_or_si256(low, _mm256_slli_epi16::<4>(top))
+    let top = if s < 2 {
+        _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - 2 * s as i32))
+    } else {
+        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s as i32 - 4))
+    };
+    _mm256_or_si256(low, _mm256_and_si256(top, _mm256_set1_epi8(0x30)))
 }
 
 /// Four rows' sums by half: lanes 0–3 the rows' first 16 values, 4–7 their last 16.
