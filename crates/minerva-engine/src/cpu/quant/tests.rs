@@ -439,4 +439,28 @@ fn activations_quantize_alike_in_lanes_and_scalar() {
         scalar.3, halves,
         "integer sums are the quantized values' sums"
     );
+    // A block with an infinity (its scale becomes infinite, every step a NaN) and one with a
+    // NaN: whatever values each path stores, its integer sums are theirs (the Q6_K products
+    // multiply them, and must not overflow).
+    x[130] = f32::INFINITY;
+    x[170] = f32::NAN;
+    for lanes_path in [false, true] {
+        let (mut q, mut d, mut s, mut n) = (
+            vec![0i8; len],
+            vec![0f32; len / 32],
+            vec![0f32; len / 16],
+            vec![0i32; len / 16],
+        );
+        if lanes_path {
+            // SAFETY: checked above that the processor has AVX2.
+            unsafe { super::x86::quantize_row(&x, &mut q, &mut d, &mut s, &mut n) };
+        } else {
+            super::quantize_row(&x, &mut q, &mut d, &mut s, &mut n);
+        }
+        let halves: Vec<i32> = q
+            .chunks(16)
+            .map(|h| h.iter().map(|&q| q as i32).sum())
+            .collect();
+        assert_eq!(n, halves, "sums of stored values, lanes: {lanes_path}");
+    }
 }

@@ -74,7 +74,11 @@ pub(super) unsafe fn quantize_row(
         let mut i = [_mm256_setzero_si256(); 4];
         for (i, &v) in i.iter_mut().zip(&v) {
             let r = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v, inv), magic), magic);
-            *i = _mm256_cvttps_epi32(r);
+            // Clamped as the packing below saturates, so that the sums are those of the
+            // stored values even where x holds a NaN or an infinity (which convert to
+            // i32::MIN).
+            let c = _mm256_min_epi32(_mm256_cvttps_epi32(r), _mm256_set1_epi32(127));
+            *i = _mm256_max_epi32(c, _mm256_set1_epi32(-128));
         }
         // Packing goes by 128-bit halves: put the four-byte groups back in order.
         let packed = _mm256_packs_epi16(
