@@ -79,12 +79,9 @@ impl Staging {
         while at < size {
             self.ready(device)?;
             let half = &mut self.halves[self.cur];
-            let space = (half.size - half.used) / 4 * 4;
-            if space == 0 {
-                self.hand_over(queue);
-                continue;
-            }
-            let n = space.min(size - at);
+            // A full half is handed over as soon as it fills, so a ready one has room.
+            let n = (half.size - half.used).min(size - at);
+            debug_assert!(n > 0 && n.is_multiple_of(4));
             let buf = half.buf.as_ref().expect("a ready half has its buffer");
             {
                 let mut view = buf

@@ -89,19 +89,24 @@ impl Super for Q5K {
     const BYTES: usize = 176;
     #[inline(always)]
     unsafe fn sub<L: Load>(l: &L, j: usize) -> __m256i {
-        // Bit j of each of the 32 bytes at 16 is the fifth bit: shifted to bit 4 of its
-        // byte (a shift of 16-bit lanes moves both bytes' bit j there), masked and ORed in
-        // (one ternary-logic operation where AVX-512 is on).
-        let qh = l.at(16);
-        let at4 = if j <= 4 {
-            _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j as i32))
-        } else {
-            _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32 - 4))
-        };
+        // Bit j of each of the 32 bytes at 16 is the fifth bit, masked and ORed in (one
+        // ternary-logic operation where AVX-512 is on).
+        let at4 = to_bit4(l.at(16), j);
         _mm256_or_si256(
             nibbles(l, 48, j),
             _mm256_and_si256(at4, _mm256_set1_epi8(0x10)),
         )
+    }
+}
+
+/// Bit `bit` (0–7) of each byte moved to bit 4 of that byte, by one shift of 16-bit lanes
+/// (which moves both bytes' bits alike; the caller masks what else moved in).
+#[inline(always)]
+unsafe fn to_bit4(v: __m256i, bit: usize) -> __m256i {
+    if bit <= 4 {
+        _mm256_sll_epi16(v, _mm_cvtsi32_si128(4 - bit as i32))
+    } else {
+        _mm256_srl_epi16(v, _mm_cvtsi32_si128(bit as i32 - 4))
     }
 }
 
@@ -285,14 +290,8 @@ unsafe fn q6k_chunk<L: Load>(l: &L, c: usize) -> __m256i {
         _mm256_srli_epi16::<4>(ql)
     };
     let low = _mm256_and_si256(ql, _mm256_set1_epi8(0x0F));
-    // Bits 2s, 2s + 1 of each byte at 128 + 32h, shifted straight to bits 4–5 (a shift of
-    // 16-bit lanes moves both bytes' pair there), masked and ORed in.
-    let qh = l.at(128 + 32 * h);
-    let top = if s < 2 {
-        _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - 2 * s as i32))
-    } else {
-        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s as i32 - 4))
-    };
+    // Bits 2s, 2s + 1 of each byte at 128 + 32h, moved to bits 4–5, masked and ORed in.
+    let top = to_bit4(l.at(128 + 32 * h), 2 * s);
     _mm256_or_si256(low, _mm256_and_si256(top, _mm256_set1_epi8(0x30)))
 }
 
