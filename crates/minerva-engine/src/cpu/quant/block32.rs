@@ -184,6 +184,9 @@ impl Block32 for Q8_0 {
 
 /// Sums of unsigned × signed byte products, four to a 32-bit lane.
 pub(super) trait Dot4 {
+    /// Whether byte products are summed without saturating, so that unsigned values may
+    /// reach 255 (VNNI's `vpdpbusd`; AVX2's pairs saturate in i16).
+    const FULL_BYTES: bool;
     /// # Safety
     /// The processor has the lanes' features.
     unsafe fn dot(w: __m256i, x: __m256i) -> __m256i;
@@ -200,6 +203,7 @@ pub(super) trait Dot4 {
 }
 
 impl Dot4 for Vnni {
+    const FULL_BYTES: bool = true;
     #[inline(always)]
     unsafe fn dot(w: __m256i, x: __m256i) -> __m256i {
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x)
@@ -215,6 +219,7 @@ impl Dot4 for Vnni {
 }
 
 impl Dot4 for Avx2 {
+    const FULL_BYTES: bool = false;
     #[inline(always)]
     unsafe fn dot(w: __m256i, x: __m256i) -> __m256i {
         _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
@@ -315,7 +320,7 @@ pub(super) unsafe fn dot8t_from<D: Dot4>(
 }
 
 /// `acc + sums · d · dx + mn · sx` for eight rows' integer sums against activation block
-/// `xb` (of all tokens' blocks): its scale `dx` and `sx = dx·Σq`.
+/// `xb` (of all tokens' blocks): its scale `dx` and `sx = dx·Σq` ([`QuantX::s32`]).
 #[inline(always)]
 pub(super) unsafe fn scale8(
     acc: __m256,
@@ -326,9 +331,8 @@ pub(super) unsafe fn scale8(
     xb: usize,
 ) -> __m256 {
     let dx = _mm256_set1_ps(*x.d.get_unchecked(xb));
-    let s = x.s.as_ptr().add(2 * xb);
     let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(d, dx), acc);
-    _mm256_fmadd_ps(mn, _mm256_set1_ps(*s + *s.add(1)), acc)
+    _mm256_fmadd_ps(mn, _mm256_set1_ps(*x.s32.get_unchecked(xb)), acc)
 }
 
 /// Four registers of two rows each (lanes 0–3 one row, 4–7 the other) summed: lanes hold
@@ -668,14 +672,17 @@ pub(super) unsafe fn groups<P: Pass8, D: Dot4>(
     // follow.)
     let row_bytes = P::row_bytes(x.len);
     let contiguous = |g: &Group| {
-        P::PACKED
-            || g.off
-                .iter()
-                .enumerate()
-                .all(|(r, &o)| o == (r * row_bytes) as isize)
+        g.off
+            .iter()
+            .enumerate()
+            .all(|(r, &o)| o == (r * row_bytes) as isize)
     };
     let aheads: Vec<*const u8> = (0..all.len())
         .map(|g| match all.get(g + 1) {
+            // Packed groups fetch on past the task's last, into the next task's first.
+            _ if P::PACKED => rows
+                .packed_group(js.start + (g + 1) * R)
+                .unwrap_or(std::ptr::null()),
             Some(next) if contiguous(next) => next.p,
             _ => std::ptr::null(),
         })

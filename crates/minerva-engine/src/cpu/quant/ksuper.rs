@@ -57,6 +57,11 @@ unsafe fn word8<const PACKED: bool>(p: *const u8, o: usize, lanes: &[isize; R]) 
 /// A K-quant of 256 values in eight sub-blocks of 32, each with its own scale and min.
 pub(super) trait Super: Block {
     const BYTES: usize;
+    /// Whether odd sub-blocks are the high nibbles of bytes at [`Super::NIBBLES`]: they can
+    /// then be read as `16·q` with one mask, the 16 taken out of the scale.
+    const HIGH_NIBBLES: bool = false;
+    /// Where the block's nibbles start.
+    const NIBBLES: usize = 0;
     /// Sub-block `j`'s 32 values (unsigned, below 32), from the block's vectors.
     ///
     /// # Safety
@@ -79,9 +84,11 @@ unsafe fn nibbles<L: Load>(l: &L, qs: usize, j: usize) -> __m256i {
 
 impl Super for Q4K {
     const BYTES: usize = 144;
+    const HIGH_NIBBLES: bool = true;
+    const NIBBLES: usize = 16;
     #[inline(always)]
     unsafe fn sub<L: Load>(l: &L, j: usize) -> __m256i {
-        nibbles(l, 16, j)
+        nibbles(l, Self::NIBBLES, j)
     }
 }
 
@@ -227,45 +234,84 @@ impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
         t0: usize,
         all: Option<&[f32]>,
     ) -> [__m256; TT] {
-        let xblocks = x.blocks();
         let mut acc = [_mm256_setzero_ps(); TT];
         let mut here = [0f32; 8 * SCALES];
         for b in 0..x.len / 256 {
-            let p = g.p.add(b * g.step);
             let sc = unit_scales::<Self>(g, b, all, &mut here);
-            for j in 0..8 {
-                // The next group a sub-block's share at a time: a block's share at once
-                // decoded 3 % slower.
-                fetch_share(ahead, 8 * b + j, B::BYTES / 8);
-                // Plain loops, not `array::from_fn`: its closure would not inherit the
-                // target features.
-                let mut w = [_mm256_setzero_si256(); R];
-                if PACKED {
-                    for (k, w) in w.iter_mut().enumerate() {
-                        *w = B::sub(&Turned(p, k), j);
-                    }
-                } else {
-                    for (w, &o) in w.iter_mut().zip(&g.off) {
-                        *w = B::sub(&Stored(p.offset(o)), j);
-                    }
-                }
-                let xb = 8 * b + j;
-                let (d, m) = (reg(sc, 2 * j), reg(sc, 2 * j + 1));
-                // Several tokens: the stored rows turned once (see `block32::transpose8`).
-                let wt = if TT > 1 && !PACKED { transpose8(&w) } else { w };
-                for (k, a) in acc.iter_mut().enumerate() {
-                    let t = t0 + k;
-                    let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
-                    let sums = if TT > 1 || PACKED {
-                        dot8t::<D>(&wt, xq, 0..R)
-                    } else {
-                        dot8::<D>(&w, xq)
-                    };
-                    *a = scale8(*a, sums, d, m, x, t * xblocks + xb);
-                }
+            // Sub-blocks in pairs, so that each pair's shared bytes are loaded once (2c and
+            // 2c + 1 are the low and high nibbles of Q4_K's and Q5_K's same bytes).
+            for c in 0..4 {
+                sub_pass::<B, D, TT, PACKED>(g, ahead, x, t0, sc, b, 2 * c, &mut acc);
+                sub_pass::<B, D, TT, PACKED>(g, ahead, x, t0, sc, b, 2 * c + 1, &mut acc);
             }
         }
         acc
+    }
+}
+
+/// Sub-block `j` of block `b` of [`BySuper`]'s pass, into the tokens' accumulators.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn sub_pass<B: Super, D: Dot4, const TT: usize, const PACKED: bool>(
+    g: &Group,
+    ahead: *const u8,
+    x: &QuantX,
+    t0: usize,
+    sc: &[f32],
+    b: usize,
+    j: usize,
+    acc: &mut [__m256; TT],
+) {
+    let xblocks = x.blocks();
+    let p = g.p.add(b * g.step);
+    // The next group a sub-block's share at a time: a block's share at once decoded 3 %
+    // slower.
+    fetch_share(ahead, 8 * b + j, B::BYTES / 8);
+    // Plain loops, not `array::from_fn`: its closure would not inherit the target features.
+    // A high nibble as 16·q, where the products take values past 127: one operation
+    // fewer per register, and the scale divided by 16 (exactly, so the sums come out as
+    // the same bits).
+    let masked = B::HIGH_NIBBLES && D::FULL_BYTES && j % 2 == 1;
+    let at = B::NIBBLES + 32 * (j / 2);
+    let high = _mm256_set1_epi8(0xF0u8 as i8);
+    let mut w = [_mm256_setzero_si256(); R];
+    if PACKED {
+        for (k, w) in w.iter_mut().enumerate() {
+            let l = Turned(p, k);
+            *w = if masked {
+                _mm256_and_si256(l.at(at), high)
+            } else {
+                B::sub(&l, j)
+            };
+        }
+    } else {
+        for (w, &o) in w.iter_mut().zip(&g.off) {
+            let l = Stored(p.offset(o));
+            *w = if masked {
+                _mm256_and_si256(l.at(at), high)
+            } else {
+                B::sub(&l, j)
+            };
+        }
+    }
+    let xb = 8 * b + j;
+    let (d, m) = (reg(sc, 2 * j), reg(sc, 2 * j + 1));
+    let d = if masked {
+        _mm256_mul_ps(d, _mm256_set1_ps(1.0 / 16.0))
+    } else {
+        d
+    };
+    // Several tokens: the stored rows turned once (see `block32::transpose8`).
+    let wt = if TT > 1 && !PACKED { transpose8(&w) } else { w };
+    for (k, a) in acc.iter_mut().enumerate() {
+        let t = t0 + k;
+        let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
+        let sums = if TT > 1 || PACKED {
+            dot8t::<D>(&wt, xq, 0..R)
+        } else {
+            dot8::<D>(&w, xq)
+        };
+        *a = scale8(*a, sums, d, m, x, t * xblocks + xb);
     }
 }
 
@@ -324,63 +370,83 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
         t0: usize,
         all: Option<&[f32]>,
     ) -> [__m256; TT] {
-        let xblocks = x.blocks();
         let mut here = [0f32; Q6_D + R];
         let mut acc = [_mm256_setzero_ps(); TT];
         for b in 0..x.len / 256 {
-            let p = g.p.add(b * g.step);
             let sc = unit_scales::<Self>(g, b, all, &mut here);
-            let d = _mm256_loadu_ps(sc.as_ptr().add(Q6_D));
-            for c in 0..8 {
-                fetch_share(ahead, 8 * b + c, Q6K_BYTES / 8);
-                let mut w = [_mm256_setzero_si256(); R];
-                if PACKED {
-                    for (k, w) in w.iter_mut().enumerate() {
-                        *w = q6k_chunk(&Turned(p, k), c);
-                    }
-                } else {
-                    for (w, &o) in w.iter_mut().zip(&g.off) {
-                        *w = q6k_chunk(&Stored(p.offset(o)), c);
-                    }
-                }
-                let xb = 8 * b + c;
-                let s_low = _mm256_castps_si256(reg(sc, 2 * c));
-                let s_high = _mm256_castps_si256(reg(sc, 2 * c + 1));
-                let wt = if TT > 1 && !PACKED { transpose8(&w) } else { w };
-                for (k, a) in acc.iter_mut().enumerate() {
-                    let t = t0 + k;
-                    let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
-                    // Each half's sums start from the offset −32·Σq of the token's values.
-                    let sums = x.sums.as_ptr().add(t * 2 * xblocks + 2 * xb);
-                    let off = [
-                        _mm256_set1_epi32(-32 * *sums),
-                        _mm256_set1_epi32(-32 * *sums.add(1)),
-                    ];
-                    // Rows 0–7's sums over the chunk's first 16 values, then its last 16.
-                    let halves = if TT > 1 || PACKED {
-                        [
-                            dot8t_from::<D>(off[0], &wt, xq, 0..4),
-                            dot8t_from::<D>(off[1], &wt, xq, 4..R),
-                        ]
-                    } else {
-                        let xv = _mm256_loadu_si256(xq as *const __m256i);
-                        let mut v = [_mm256_setzero_si256(); R];
-                        for (v, &w) in v.iter_mut().zip(&w) {
-                            *v = D::dot(w, xv);
-                        }
-                        // Rows 0–3's halves, rows 4–7's, regrouped by half.
-                        let (r0, r4) = (by_half(&v[..4]), by_half(&v[4..]));
-                        [
-                            _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(r0, r4), off[0]),
-                            _mm256_add_epi32(_mm256_permute2x128_si256::<0x31>(r0, r4), off[1]),
-                        ]
-                    };
-                    let dx = *x.d.get_unchecked(t * xblocks + xb);
-                    *a = q6_step(*a, halves, [s_low, s_high], d, dx);
+            // Written out by chunk, so that the bytes chunks share (each high-bit vector
+            // four chunks, each low-bit vector two) are loaded once.
+            for h in 0..2 {
+                for s in 0..4 {
+                    q6_chunk_pass::<D, TT, PACKED>(g, ahead, x, t0, sc, b, 4 * h + s, &mut acc);
                 }
             }
         }
         acc
+    }
+}
+
+/// Chunk `c` of block `b` of [`Q6`]'s pass, into the tokens' accumulators.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn q6_chunk_pass<D: Dot4, const TT: usize, const PACKED: bool>(
+    g: &Group,
+    ahead: *const u8,
+    x: &QuantX,
+    t0: usize,
+    sc: &[f32],
+    b: usize,
+    c: usize,
+    acc: &mut [__m256; TT],
+) {
+    let xblocks = x.blocks();
+    let p = g.p.add(b * g.step);
+    let d = _mm256_loadu_ps(sc.as_ptr().add(Q6_D));
+    fetch_share(ahead, 8 * b + c, Q6K_BYTES / 8);
+    let mut w = [_mm256_setzero_si256(); R];
+    if PACKED {
+        for (k, w) in w.iter_mut().enumerate() {
+            *w = q6k_chunk(&Turned(p, k), c);
+        }
+    } else {
+        for (w, &o) in w.iter_mut().zip(&g.off) {
+            *w = q6k_chunk(&Stored(p.offset(o)), c);
+        }
+    }
+    let xb = 8 * b + c;
+    let s_low = _mm256_castps_si256(reg(sc, 2 * c));
+    let s_high = _mm256_castps_si256(reg(sc, 2 * c + 1));
+    let wt = if TT > 1 && !PACKED { transpose8(&w) } else { w };
+    for (k, a) in acc.iter_mut().enumerate() {
+        let t = t0 + k;
+        let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
+        // Each half's sums start from the offset −32·Σq of the token's values.
+        let sums = x.sums.as_ptr().add(t * 2 * xblocks + 2 * xb);
+        let off = [
+            _mm256_set1_epi32(-32 * *sums),
+            _mm256_set1_epi32(-32 * *sums.add(1)),
+        ];
+        // Rows 0–7's sums over the chunk's first 16 values, then its last 16.
+        let halves = if TT > 1 || PACKED {
+            [
+                dot8t_from::<D>(off[0], &wt, xq, 0..4),
+                dot8t_from::<D>(off[1], &wt, xq, 4..R),
+            ]
+        } else {
+            let xv = _mm256_loadu_si256(xq as *const __m256i);
+            let mut v = [_mm256_setzero_si256(); R];
+            for (v, &w) in v.iter_mut().zip(&w) {
+                *v = D::dot(w, xv);
+            }
+            // Rows 0–3's halves, rows 4–7's, regrouped by half.
+            let (r0, r4) = (by_half(&v[..4]), by_half(&v[4..]));
+            [
+                _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(r0, r4), off[0]),
+                _mm256_add_epi32(_mm256_permute2x128_si256::<0x31>(r0, r4), off[1]),
+            ]
+        };
+        let dx = *x.d.get_unchecked(t * xblocks + xb);
+        *a = q6_step(*a, halves, [s_low, s_high], d, dx);
     }
 }
 

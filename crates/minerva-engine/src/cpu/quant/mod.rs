@@ -37,6 +37,9 @@ pub struct QuantX {
     pub d: Vec<f32>,
     pub s: Vec<f32>,
     pub sums: Vec<i32>,
+    /// Per 32 values, `s` of the two halves added: the term the eight-row passes scale
+    /// their mins by, added once here rather than in every pass.
+    pub s32: Vec<f32>,
 }
 
 impl QuantX {
@@ -81,6 +84,8 @@ impl QuantX {
             // A few rows are quicker on this thread than handed to others.
             rows.into_par_iter().with_min_len(n).for_each(one);
         }
+        self.s32.clear();
+        self.s32.extend(self.s.chunks_exact(2).map(|h| h[0] + h[1]));
     }
 }
 
@@ -196,6 +201,21 @@ impl<'a> Rows<'a> {
             }
             TensorData::Plain(b) => b[(self.base + j * self.stride) * self.w_bytes..].as_ptr(),
             _ => self.src(j).w.as_ptr(),
+        }
+    }
+
+    /// Where the packed group from output `j` on starts, if the matrix holds it: the bytes a
+    /// task's last group fetches ahead, the next task's (which the pool's other threads may
+    /// run, but which stream on from this one's).
+    #[cfg(target_arch = "x86_64")]
+    fn packed_group(&self, j: usize) -> Option<*const u8> {
+        match self.view.data {
+            TensorData::Plain(b) if self.packed => {
+                let r = self.base + j;
+                let end = (r + packed::ROWS) * self.w_bytes;
+                (end <= b.len()).then(|| b[r * self.w_bytes..].as_ptr())
+            }
+            _ => None,
         }
     }
 

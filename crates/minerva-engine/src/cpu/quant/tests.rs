@@ -464,3 +464,19 @@ fn activations_quantize_alike_in_lanes_and_scalar() {
         assert_eq!(n, halves, "sums of stored values, lanes: {lanes_path}");
     }
 }
+
+/// `QuantX::s32` holds each 32-value block's two scaled half sums added, for every token.
+#[test]
+fn block_sums_add_the_halves() {
+    let mut rng = Rng(9);
+    let (n, len) = (3, 32 * 5);
+    let x: Vec<f32> = (0..n * len).map(|_| rng.unit() * 3.0).collect();
+    let mut xq = super::QuantX::default();
+    xq.quantize(&x, n, len);
+    assert_eq!(xq.s32.len(), n * len / 32);
+    for (b, &s) in xq.s32.iter().enumerate() {
+        assert_eq!(s.to_bits(), (xq.s[2 * b] + xq.s[2 * b + 1]).to_bits(), "block {b}");
+        let q: i32 = xq.q[32 * b..32 * b + 32].iter().map(|&q| q as i32).sum();
+        assert!((s - xq.d[b] * q as f32).abs() <= 1e-5 * (1.0 + s.abs()), "block {b}");
+    }
+}
