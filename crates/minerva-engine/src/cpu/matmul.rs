@@ -130,7 +130,8 @@ pub fn linear(
     }
     let w = w_view;
     if let Some((scratch, kernel, rows)) = fast {
-        products(kernel, &rows, x, n, in_dim, out_dim, scratch, out);
+        let unit = quant::unit_of(w.dtype);
+        products(kernel, unit, &rows, x, n, in_dim, out_dim, scratch, out);
     } else if m.input_major {
         input_major(x, n, w, m, rows, row_len, out)?;
     } else {
@@ -185,10 +186,12 @@ fn rows_per_task(out_dim: usize) -> usize {
     per.max(1).next_multiple_of(quant::packed::ROWS)
 }
 
-/// The integer products over output rows, on the thread pool when the work is worth it.
+/// The integer products over output rows, on the thread pool when the work is worth it;
+/// `unit` values of the activations share a scale ([`quant::unit_of`]).
 #[allow(clippy::too_many_arguments)]
 fn products(
     kernel: quant::Kernel,
+    unit: usize,
     rows: &quant::Rows,
     x: &[f32],
     n: usize,
@@ -197,7 +200,7 @@ fn products(
     scratch: &mut Scratch,
     out: &mut [f32],
 ) {
-    scratch.x.quantize(x, n, in_dim);
+    scratch.x.quantize(x, n, in_dim, unit);
     let per = rows_per_task(out_dim);
     let xq = &scratch.x;
     let run = |(i, o): (usize, &mut [f32])| {

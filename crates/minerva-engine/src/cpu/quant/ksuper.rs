@@ -1,12 +1,13 @@
 //! The K-quants eight rows at a time, through [`block32::groups`]: Q4_K and Q5_K (one scale
 //! and min per 32 values) and Q6_K (a scale per 16). Each 256-value block's scales and mins
 //! are decoded for the eight rows at once, in vector lanes, and laid out by sub-block (eight
-//! rows to a register); each sub-block of 32 then goes as a Q4_1 block does: the eight rows'
-//! byte products summed into one register, one float step for the eight.
+//! rows to a register). The activations share one scale per 256 values (as ggml's Q8_K), so
+//! each sub-block's byte products are multiplied by the rows' scales in integers and the
+//! block is scaled once; only Q4_K's and Q5_K's mins take a float step per sub-block.
 
 use super::block32::{
-    self, dot8, dot8t, dot8t_from, fetch_share, reg, scale8, transpose8, unit_scales, Dot4, Group,
-    Pass8, R, SCALES,
+    self, dot8, dot8t, dot8t_from, fetch_share, reg, transpose8, unit_scales, Dot4, Group, Pass8,
+    R, SCALES,
 };
 use super::blocks::{Block, Q4K, Q5K, Q6K};
 use super::QuantX;
@@ -117,16 +118,11 @@ unsafe fn to_bit4(v: __m256i, bit: usize) -> __m256i {
     }
 }
 
-/// Byte `i` (0–3) of each lane, as f32: unsigned, or sign-extended where `signed`.
+/// Byte `i` (0–3) of each lane, unsigned, as i32.
 #[inline(always)]
-unsafe fn byte_f32(v: __m256i, i: usize, signed: bool) -> __m256 {
+unsafe fn byte_i32(v: __m256i, i: usize) -> __m256i {
     let top = _mm256_sll_epi32(v, _mm_cvtsi32_si128(24 - 8 * i as i32));
-    let bits = _mm_cvtsi32_si128(24);
-    _mm256_cvtepi32_ps(if signed {
-        _mm256_sra_epi32(top, bits)
-    } else {
-        _mm256_srl_epi32(top, bits)
-    })
+    _mm256_srli_epi32::<24>(top)
 }
 
 /// The top two bits of each byte, moved to bits 4–5.
@@ -138,8 +134,8 @@ unsafe fn top_bits(v: __m256i) -> __m256i {
 
 /// Eight rows' Q4_K or Q5_K scales and mins, of the blocks at `p` ([`word8`]) (d and dmin
 /// as f16, then twelve bytes of 6-bit scales and mins as ggml packs them), decoded in the
-/// rows' lanes: at `16·j` sub-block j's `d·scale`, at `16·j + 8` its `−dmin·min`. Each
-/// product is the one `blocks::k_scales` makes.
+/// rows' lanes: at `16·j` sub-block j's scale as i32 (the bits in `sc`), at `16·j + 8` its
+/// `−dmin·min` (the product `blocks::k_scales` makes), at [`K_D`] the rows' `d`.
 #[inline(always)]
 unsafe fn k_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
     let (d, dmin) = block32::halves(word8::<PACKED>(p, 0, lanes));
@@ -165,18 +161,17 @@ unsafe fn k_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &m
         ),
     ];
     let at = sc.as_mut_ptr();
+    _mm256_storeu_ps(at.add(K_D), d);
     for j in 0..8 {
         let (s, m) = (s[j / 4], m[j / 4]);
-        _mm256_storeu_ps(
-            at.add(SCALES * j),
-            _mm256_mul_ps(d, byte_f32(s, j % 4, false)),
-        );
-        _mm256_storeu_ps(
-            at.add(SCALES * j + R),
-            _mm256_mul_ps(neg_dmin, byte_f32(m, j % 4, false)),
-        );
+        _mm256_storeu_si256(at.add(SCALES * j) as *mut __m256i, byte_i32(s, j % 4));
+        let min = _mm256_cvtepi32_ps(byte_i32(m, j % 4));
+        _mm256_storeu_ps(at.add(SCALES * j + R), _mm256_mul_ps(neg_dmin, min));
     }
 }
+
+/// Where a block's `d` lies among [`k_scales8`]'s scales, after the eight sub-blocks'.
+const K_D: usize = 8 * SCALES;
 
 /// Eight rows' Q6_K scales, of the blocks at `p` ([`word8`]): at `16·c` chunk c's scales of
 /// its first 16 values, at `16·c + 8` those of its last 16, as i32 (the bits in `sc`), a
@@ -218,14 +213,17 @@ impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
     const BLOCK: usize = B::BYTES;
     const PACKED: bool = PACKED;
     const WIDE_PASS: bool = true;
+    const SCALE_FLOATS: usize = K_D + R;
     fn row_bytes(len: usize) -> usize {
         len / 256 * B::BYTES
     }
-    /// Sub-block by sub-block: its eight rows' scales, then their mins.
     #[inline(always)]
     unsafe fn scales(g: &Group, b: usize, sc: &mut [f32]) {
         k_scales8::<PACKED>(g.p.add(b * g.step), &g.lanes, sc)
     }
+    /// The activations share one scale per 256 values ([`super::unit_of`]), so a block's
+    /// byte products are summed in integers, each sub-block's times its 6-bit scale, and
+    /// scaled once; the mins go as before, a float step per sub-block.
     #[inline(always)]
     unsafe fn pass<D: Dot4, const TT: usize>(
         g: &Group,
@@ -234,22 +232,34 @@ impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
         t0: usize,
         all: Option<&[f32]>,
     ) -> [__m256; TT] {
+        debug_assert_eq!(x.unit, 256);
+        let xblocks = x.blocks();
         let mut acc = [_mm256_setzero_ps(); TT];
-        let mut here = [0f32; 8 * SCALES];
+        let mut here = [0f32; K_D + R];
         for b in 0..x.len / 256 {
             let sc = unit_scales::<Self>(g, b, all, &mut here);
+            let mut sums = [_mm256_setzero_si256(); TT];
             // Sub-blocks in pairs, so that each pair's shared bytes are loaded once (2c and
             // 2c + 1 are the low and high nibbles of Q4_K's and Q5_K's same bytes).
             for c in 0..4 {
-                sub_pass::<B, D, TT, PACKED>(g, ahead, x, t0, sc, b, 2 * c, &mut acc);
-                sub_pass::<B, D, TT, PACKED>(g, ahead, x, t0, sc, b, 2 * c + 1, &mut acc);
+                for j in [2 * c, 2 * c + 1] {
+                    sub_pass::<B, D, TT, PACKED>(g, ahead, x, t0, sc, b, j, &mut sums, &mut acc);
+                }
+            }
+            let d = _mm256_loadu_ps(sc.as_ptr().add(K_D));
+            for (k, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
+                let dx = *x.d.get_unchecked((t0 + k) * xblocks + 8 * b);
+                let ddx = _mm256_mul_ps(d, _mm256_set1_ps(dx));
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), ddx, *a);
             }
         }
         acc
     }
 }
 
-/// Sub-block `j` of block `b` of [`BySuper`]'s pass, into the tokens' accumulators.
+/// Sub-block `j` of block `b` of [`BySuper`]'s pass: each token's byte products, times the
+/// rows' scales, into its integer `sums`; its mins into `acc`. The integers stay below
+/// 2^27 (eight sub-blocks of 32 values below 32, times 128, times 63).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn sub_pass<B: Super, D: Dot4, const TT: usize, const PACKED: bool>(
@@ -260,6 +270,7 @@ unsafe fn sub_pass<B: Super, D: Dot4, const TT: usize, const PACKED: bool>(
     sc: &[f32],
     b: usize,
     j: usize,
+    sums: &mut [__m256i; TT],
     acc: &mut [__m256; TT],
 ) {
     let xblocks = x.blocks();
@@ -267,13 +278,12 @@ unsafe fn sub_pass<B: Super, D: Dot4, const TT: usize, const PACKED: bool>(
     // The next group a sub-block's share at a time: a block's share at once decoded 3 %
     // slower.
     fetch_share(ahead, 8 * b + j, B::BYTES / 8);
-    // Plain loops, not `array::from_fn`: its closure would not inherit the target features.
     // A high nibble as 16·q, where the products take values past 127: one operation
-    // fewer per register, and the scale divided by 16 (exactly, so the sums come out as
-    // the same bits).
+    // fewer per register, the 16 shifted out of the sums.
     let masked = B::HIGH_NIBBLES && D::FULL_BYTES && j % 2 == 1;
     let at = B::NIBBLES + 32 * (j / 2);
     let high = _mm256_set1_epi8(0xF0u8 as i8);
+    // Plain loops, not `array::from_fn`: its closure would not inherit the target features.
     let mut w = [_mm256_setzero_si256(); R];
     if PACKED {
         for (k, w) in w.iter_mut().enumerate() {
@@ -295,29 +305,32 @@ unsafe fn sub_pass<B: Super, D: Dot4, const TT: usize, const PACKED: bool>(
         }
     }
     let xb = 8 * b + j;
-    let (d, m) = (reg(sc, 2 * j), reg(sc, 2 * j + 1));
-    let d = if masked {
-        _mm256_mul_ps(d, _mm256_set1_ps(1.0 / 16.0))
-    } else {
-        d
-    };
+    let scale = _mm256_castps_si256(reg(sc, 2 * j));
+    let mins = reg(sc, 2 * j + 1);
     // Several tokens: the stored rows turned once (see `block32::transpose8`).
     let wt = if TT > 1 && !PACKED { transpose8(&w) } else { w };
-    for (k, a) in acc.iter_mut().enumerate() {
+    for (k, (s, a)) in sums.iter_mut().zip(acc.iter_mut()).enumerate() {
         let t = t0 + k;
         let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
-        let sums = if TT > 1 || PACKED {
+        let dot = if TT > 1 || PACKED {
             dot8t::<D>(&wt, xq, 0..R)
         } else {
             dot8::<D>(&w, xq)
         };
-        *a = scale8(*a, sums, d, m, x, t * xblocks + xb);
+        let dot = if masked {
+            _mm256_srai_epi32::<4>(dot)
+        } else {
+            dot
+        };
+        *s = _mm256_add_epi32(*s, _mm256_mullo_epi32(dot, scale));
+        let sx = _mm256_set1_ps(*x.s32.get_unchecked(t * xblocks + xb));
+        *a = _mm256_fmadd_ps(mins, sx, *a);
     }
 }
 
 /// Q6_K, whose scales change every 16 values: eight rows at a time, each chunk's byte
 /// products summed by row and half, the offset −32 taken off and the halves scaled in
-/// integers, then one float step per chunk; stored as in the file or packed.
+/// integers, then one float step per block; stored as in the file or packed.
 pub(super) struct Q6<const PACKED: bool>;
 
 const Q6K_BYTES: usize = 210;
@@ -370,23 +383,35 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
         t0: usize,
         all: Option<&[f32]>,
     ) -> [__m256; TT] {
+        debug_assert_eq!(x.unit, 256);
+        let xblocks = x.blocks();
         let mut here = [0f32; Q6_D + R];
         let mut acc = [_mm256_setzero_ps(); TT];
         for b in 0..x.len / 256 {
             let sc = unit_scales::<Self>(g, b, all, &mut here);
+            let mut sums = [_mm256_setzero_si256(); TT];
             // Written out by chunk, so that the bytes chunks share (each high-bit vector
             // four chunks, each low-bit vector two) are loaded once.
             for h in 0..2 {
                 for s in 0..4 {
-                    q6_chunk_pass::<D, TT, PACKED>(g, ahead, x, t0, sc, b, 4 * h + s, &mut acc);
+                    q6_chunk_pass::<D, TT, PACKED>(g, ahead, x, t0, sc, b, 4 * h + s, &mut sums);
                 }
+            }
+            // One scale per 256 activations ([`super::unit_of`]): the block's integers
+            // scaled once. They stay below 2^27 (16 halves of 16 values of 32 · 128 · 128).
+            let d = _mm256_loadu_ps(sc.as_ptr().add(Q6_D));
+            for (k, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
+                let dx = *x.d.get_unchecked((t0 + k) * xblocks + 8 * b);
+                let ddx = _mm256_mul_ps(d, _mm256_set1_ps(dx));
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), ddx, *a);
             }
         }
         acc
     }
 }
 
-/// Chunk `c` of block `b` of [`Q6`]'s pass, into the tokens' accumulators.
+/// Chunk `c` of block `b` of [`Q6`]'s pass: each token's byte products, the offset taken
+/// off and each half times its scale, into its integer `sums`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn q6_chunk_pass<D: Dot4, const TT: usize, const PACKED: bool>(
@@ -397,11 +422,10 @@ unsafe fn q6_chunk_pass<D: Dot4, const TT: usize, const PACKED: bool>(
     sc: &[f32],
     b: usize,
     c: usize,
-    acc: &mut [__m256; TT],
+    sums: &mut [__m256i; TT],
 ) {
     let xblocks = x.blocks();
     let p = g.p.add(b * g.step);
-    let d = _mm256_loadu_ps(sc.as_ptr().add(Q6_D));
     fetch_share(ahead, 8 * b + c, Q6K_BYTES / 8);
     let mut w = [_mm256_setzero_si256(); R];
     if PACKED {
@@ -417,14 +441,14 @@ unsafe fn q6_chunk_pass<D: Dot4, const TT: usize, const PACKED: bool>(
     let s_low = _mm256_castps_si256(reg(sc, 2 * c));
     let s_high = _mm256_castps_si256(reg(sc, 2 * c + 1));
     let wt = if TT > 1 && !PACKED { transpose8(&w) } else { w };
-    for (k, a) in acc.iter_mut().enumerate() {
+    for (k, acc) in sums.iter_mut().enumerate() {
         let t = t0 + k;
         let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
         // Each half's sums start from the offset −32·Σq of the token's values.
-        let sums = x.sums.as_ptr().add(t * 2 * xblocks + 2 * xb);
+        let qsums = x.sums.as_ptr().add(t * 2 * xblocks + 2 * xb);
         let off = [
-            _mm256_set1_epi32(-32 * *sums),
-            _mm256_set1_epi32(-32 * *sums.add(1)),
+            _mm256_set1_epi32(-32 * *qsums),
+            _mm256_set1_epi32(-32 * *qsums.add(1)),
         ];
         // Rows 0–7's sums over the chunk's first 16 values, then its last 16.
         let halves = if TT > 1 || PACKED {
@@ -445,24 +469,8 @@ unsafe fn q6_chunk_pass<D: Dot4, const TT: usize, const PACKED: bool>(
                 _mm256_add_epi32(_mm256_permute2x128_si256::<0x31>(r0, r4), off[1]),
             ]
         };
-        let dx = *x.d.get_unchecked(t * xblocks + xb);
-        *a = q6_step(*a, halves, [s_low, s_high], d, dx);
+        let low = _mm256_mullo_epi32(halves[0], s_low);
+        let high = _mm256_mullo_epi32(halves[1], s_high);
+        *acc = _mm256_add_epi32(*acc, _mm256_add_epi32(low, high));
     }
-}
-
-/// `acc + d · dx · Σ_half scale · sum` for eight rows: a chunk's integer sums by half, the
-/// offset taken off (`halves`, a row per lane), and the rows' scales of each half. The
-/// integers stay below 2^25 (16 values of 63 · 128 · 128 per half).
-#[inline(always)]
-unsafe fn q6_step(
-    acc: __m256,
-    halves: [__m256i; 2],
-    scales: [__m256i; 2],
-    d: __m256,
-    dx: f32,
-) -> __m256 {
-    let low = _mm256_mullo_epi32(halves[0], scales[0]);
-    let high = _mm256_mullo_epi32(halves[1], scales[1]);
-    let total = _mm256_cvtepi32_ps(_mm256_add_epi32(low, high));
-    _mm256_fmadd_ps(total, _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc)
 }

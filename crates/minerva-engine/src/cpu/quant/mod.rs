@@ -33,6 +33,9 @@ use std::ops::Range;
 pub struct QuantX {
     pub n: usize,
     pub len: usize,
+    /// Values that share one scale: 32, or 256 for the K-quants' products ([`unit_of`]).
+    /// `d` is still stored per 32 values, the same for each 32 of a unit.
+    pub unit: usize,
     pub q: Vec<i8>,
     pub d: Vec<f32>,
     pub s: Vec<f32>,
@@ -48,13 +51,15 @@ impl QuantX {
         self.len / 32
     }
 
-    /// Quantizes `n` rows of `len` values (a multiple of 32), reusing the buffers; many rows
-    /// are spread over the cores.
-    pub fn quantize(&mut self, x: &[f32], n: usize, len: usize) {
+    /// Quantizes `n` rows of `len` values (a multiple of `unit`, 32 or 256), one scale per
+    /// `unit` values, reusing the buffers; many rows are spread over the cores.
+    pub fn quantize(&mut self, x: &[f32], n: usize, len: usize, unit: usize) {
         use rayon::prelude::*;
-        debug_assert!(len.is_multiple_of(32) && x.len() >= n * len);
+        debug_assert!(unit == 32 || unit == 256);
+        debug_assert!(len.is_multiple_of(unit) && x.len() >= n * len);
         self.n = n;
         self.len = len;
+        self.unit = unit;
         self.q.resize(n * len, 0);
         self.d.resize(n * len / 32, 0.0);
         self.s.resize(n * len / 16, 0.0);
@@ -74,9 +79,9 @@ impl QuantX {
             if Lanes::chosen() != Lanes::Portable {
                 // SAFETY: lanes other than the portable ones are chosen only where the
                 // processor has AVX2.
-                return unsafe { x86::quantize_row(x, q, d, s, sums) };
+                return unsafe { x86::quantize_row(x, unit, q, d, s, sums) };
             }
-            quantize_row(x, q, d, s, sums)
+            quantize_row(x, unit, q, d, s, sums)
         };
         if n >= 8 {
             rows.for_each(one);
@@ -112,12 +117,40 @@ fn row_blocks<'a>(
     blocks.map(|((((x, q), d), s), sums)| (x, q, d, s, sums))
 }
 
-/// One row in blocks of 32: `d = amax / 127`, `q = round(x / d)` (to nearest, ties to even),
-/// and per 16 values `Σq` and `s = d · Σq`. (`x86::quantize_row` gives the same bits on
-/// AVX2.)
-fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], sums: &mut [i32]) {
+/// Which activation blocks a weight type's products take: 256 values to a scale for the
+/// K-quants (as ggml's Q8_K), whose eight-row passes then sum a whole 256-value block in
+/// integers; 32 for the others (as ggml's Q8_0).
+pub fn unit_of(dtype: DType) -> usize {
+    match dtype {
+        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
+        _ => 32,
+    }
+}
+
+/// The largest magnitude of each `unit` values of a row, from those of its 32-value blocks
+/// (`block_amax`), written once per 32 values.
+fn unit_amax(x: &[f32], unit: usize, amax: &mut [f32], block_amax: impl Fn(&[f32]) -> f32) {
+    for (xu, au) in x.chunks_exact(unit).zip(amax.chunks_exact_mut(unit / 32)) {
+        let m = xu.chunks_exact(32).map(&block_amax).fold(0f32, f32::max);
+        au.fill(m);
+    }
+}
+
+/// One row in blocks of 32: `d = amax / 127` (the amax of the block's `unit` values),
+/// `q = round(x / d)` (to nearest, ties to even), and per 16 values `Σq` and `s = d · Σq`.
+/// (`x86::quantize_row` gives the same bits on AVX2.)
+fn quantize_row(
+    x: &[f32],
+    unit: usize,
+    q: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+    sums: &mut [i32],
+) {
+    // The unit's amax goes through `d` before `d` is set from it.
+    unit_amax(x, unit, d, |xb| xb.iter().fold(0f32, |m, v| m.max(v.abs())));
     for (xb, qb, d, s, halves) in row_blocks(x, q, d, s, sums) {
-        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let amax = *d;
         *d = amax / 127.0;
         let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
         let mut sums = [0i32; 2];

@@ -67,6 +67,7 @@ fn worst(
     out_dim: usize,
     fast: &[f32],
     exact: &[f32],
+    unit: usize,
 ) -> (f32, f32) {
     let len = w.len() / out_dim;
     let (mut worst, mut z2) = (0f32, 0f32);
@@ -75,7 +76,8 @@ fn worst(
         for j in 0..out_dim {
             let wj = &w[j * len..(j + 1) * len];
             let (mut bound, mut var, mut mag) = (0f32, 0f32, 0f32);
-            for (xb, wb) in xt.chunks(32).zip(wj.chunks(32)) {
+            for (xb, wb) in xt.chunks(unit).zip(wj.chunks(unit)) {
+                // Half a step of the scale the block's `unit` values share.
                 let h = xb.iter().fold(0f32, |m, v| m.max(v.abs())) / 254.0;
                 bound += h * wb.iter().map(|v| v.abs()).sum::<f32>();
                 var += h * h * wb.iter().map(|v| v * v).sum::<f32>() / 3.0;
@@ -141,14 +143,14 @@ fn check(view: &TensorView, what: &str) {
                 dense[r * len..(r + 1) * len].to_vec()
             })
             .collect();
-        let (max, rms) = worst(&x, n, &w, out_dim, &got, &exact);
+        let (max, rms) = worst(&x, n, &w, out_dim, &got, &exact, super::unit_of(view.dtype));
         let case = format!("{what}, {n} tokens, offset {offset} stride {stride}");
         assert!(max <= 1.0, "{case}: largest error {max}× its bound");
         assert!(rms <= 1.0, "{case}: errors spread {rms}× the expected");
 
         let rs = super::Rows::new(view, base + offset, stride, false).unwrap();
         let mut xq = super::QuantX::default();
-        xq.quantize(&x, n, len);
+        xq.quantize(&x, n, len, super::unit_of(view.dtype));
         let mut want = vec![0f32; n * out_dim];
         kernel_on(view.dtype, Lanes::Portable).unwrap()(&rs, 0..out_dim, &xq, &mut want);
         for lanes in Lanes::available() {
@@ -160,7 +162,7 @@ fn check(view: &TensorView, what: &str) {
             let mut one = super::QuantX::default();
             let mut alone = vec![0f32; out_dim];
             for t in 0..n {
-                one.quantize(&x[t * len..(t + 1) * len], 1, len);
+                one.quantize(&x[t * len..(t + 1) * len], 1, len, xq.unit);
                 kernel(&rs, 0..out_dim, &one, &mut alone);
                 for (j, v) in alone.iter().enumerate() {
                     let same = v.to_bits() == got[j * n + t].to_bits();
@@ -260,7 +262,7 @@ fn packed_rows_give_the_bits_of_stored_rows() {
             for n in [1, 5, 11] {
                 let x: Vec<f32> = (0..n * len).map(|_| rng.unit() * 3.0).collect();
                 let mut xq = super::QuantX::default();
-                xq.quantize(&x, n, len);
+                xq.quantize(&x, n, len, super::unit_of(dtype));
                 for (base, out_dim) in [(0, 40), (48, 32), (40, 13)] {
                     let case = format!(
                         "{} {}, {n} tokens, rows {base}+{out_dim}",
@@ -421,10 +423,10 @@ fn activations_quantize_alike_in_lanes_and_scalar() {
     );
     let mut lanes = scalar.clone();
     let (q, d, s, n) = (&mut scalar.0, &mut scalar.1, &mut scalar.2, &mut scalar.3);
-    super::quantize_row(&x, q, d, s, n);
+    super::quantize_row(&x, 32, q, d, s, n);
     let (q, d, s, n) = (&mut lanes.0, &mut lanes.1, &mut lanes.2, &mut lanes.3);
     // SAFETY: checked above that the processor has AVX2.
-    unsafe { super::x86::quantize_row(&x, q, d, s, n) };
+    unsafe { super::x86::quantize_row(&x, 32, q, d, s, n) };
     assert_eq!(scalar.0, lanes.0, "quantized values");
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&scalar.1), bits(&lanes.1), "block scales");
@@ -453,9 +455,9 @@ fn activations_quantize_alike_in_lanes_and_scalar() {
         );
         if lanes_path {
             // SAFETY: checked above that the processor has AVX2.
-            unsafe { super::x86::quantize_row(&x, &mut q, &mut d, &mut s, &mut n) };
+            unsafe { super::x86::quantize_row(&x, 32, &mut q, &mut d, &mut s, &mut n) };
         } else {
-            super::quantize_row(&x, &mut q, &mut d, &mut s, &mut n);
+            super::quantize_row(&x, 32, &mut q, &mut d, &mut s, &mut n);
         }
         let halves: Vec<i32> = q
             .chunks(16)
@@ -472,11 +474,18 @@ fn block_sums_add_the_halves() {
     let (n, len) = (3, 32 * 5);
     let x: Vec<f32> = (0..n * len).map(|_| rng.unit() * 3.0).collect();
     let mut xq = super::QuantX::default();
-    xq.quantize(&x, n, len);
+    xq.quantize(&x, n, len, 32);
     assert_eq!(xq.s32.len(), n * len / 32);
     for (b, &s) in xq.s32.iter().enumerate() {
-        assert_eq!(s.to_bits(), (xq.s[2 * b] + xq.s[2 * b + 1]).to_bits(), "block {b}");
+        assert_eq!(
+            s.to_bits(),
+            (xq.s[2 * b] + xq.s[2 * b + 1]).to_bits(),
+            "block {b}"
+        );
         let q: i32 = xq.q[32 * b..32 * b + 32].iter().map(|&q| q as i32).sum();
-        assert!((s - xq.d[b] * q as f32).abs() <= 1e-5 * (1.0 + s.abs()), "block {b}");
+        assert!(
+            (s - xq.d[b] * q as f32).abs() <= 1e-5 * (1.0 + s.abs()),
+            "block {b}"
+        );
     }
 }

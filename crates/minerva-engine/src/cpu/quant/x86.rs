@@ -47,13 +47,15 @@ pub(super) unsafe fn hsum(acc: __m256) -> f32 {
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn quantize_row(
     x: &[f32],
+    unit: usize,
     q: &mut [i8],
     d: &mut [f32],
     s: &mut [f32],
     sums: &mut [i32],
 ) {
     let magic = _mm256_set1_ps(super::MAGIC);
-    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+    // SAFETY (of the closure's call): this function's caller guarantees AVX2.
+    super::unit_amax(x, unit, d, |xb| unsafe { block_amax(xb) });
     for (xb, qb, d, s, halves) in super::row_blocks(x, q, d, s, sums) {
         let p = xb.as_ptr();
         let v = [
@@ -62,13 +64,7 @@ pub(super) unsafe fn quantize_row(
             _mm256_loadu_ps(p.add(16)),
             _mm256_loadu_ps(p.add(24)),
         ];
-        let m = _mm256_max_ps(
-            _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
-            _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
-        );
-        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<1>(m, m)));
+        let amax = *d;
         *d = amax / 127.0;
         let inv = _mm256_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
         let mut i = [_mm256_setzero_si256(); 4];
@@ -93,6 +89,22 @@ pub(super) unsafe fn quantize_row(
         s[0] = *d * halves[0] as f32;
         s[1] = *d * halves[1] as f32;
     }
+}
+
+/// The largest magnitude of a block of 32 values.
+///
+/// # Safety
+/// The processor has AVX2; `xb` holds 32 values.
+#[target_feature(enable = "avx2")]
+unsafe fn block_amax(xb: &[f32]) -> f32 {
+    debug_assert!(xb.len() >= 32);
+    let p = xb.as_ptr();
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+    let a = |i: usize| _mm256_and_ps(_mm256_loadu_ps(p.add(8 * i)), abs);
+    let m = _mm256_max_ps(_mm256_max_ps(a(0), a(1)), _mm256_max_ps(a(2), a(3)));
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<1>(m, m)))
 }
 
 /// The sum of the eight lanes.
