@@ -1,12 +1,14 @@
-//! Products on the stored blocks: the activations are quantized once per product to 8-bit
-//! blocks of 32 (one f32 scale each, as ggml's Q8_0), every weight block type is unpacked to
-//! small integers, and the products run in integers with f32 scales. Only the reference path
+//! Products on the stored blocks: the activations are quantized once per product to 8 bits,
+//! one f32 scale per 32 values (as ggml's Q8_0), or per 256 for the K-quants (as ggml's
+//! Q8_K: [`unit_of`]); every weight block type is unpacked to small integers, and the
+//! products run in integers with f32 scales. Only the reference path
 //! (`matmul::linear_reference`) widens weights to f32.
 //!
 //! What the 8-bit activations cost: each value moves by at most half a step, `amax / 254` of
-//! its block, so a product moves by at most `Σ_blocks amax_b / 254 · Σ|w|` over the block —
-//! about 0.3 % of `Σ|w·x|` in the worst case and far less on average (the kernel tests bound
-//! it per type).
+//! the values sharing its scale, so a product moves by at most `Σ_blocks amax_b / 254 · Σ|w|`
+//! over the block — about 0.3 % of `Σ|w·x|` in the worst case for blocks of 32, more where
+//! one large value sets the step of 256, and far less on average (the kernel tests bound it
+//! per type with the unit's amax).
 
 #[cfg(target_arch = "x86_64")]
 mod block32;
