@@ -445,10 +445,10 @@ unsafe fn q6_chunk_pass<D: Dot4, const TT: usize, const PACKED: bool>(
         let t = t0 + k;
         let xq = x.q.as_ptr().add(t * x.len + 32 * xb);
         // Each half's sums start from the offset −32·Σq of the token's values.
-        let qsums = x.sums.as_ptr().add(t * 2 * xblocks + 2 * xb);
+        let offsets = x.q6_offsets.as_ptr().add(t * 2 * xblocks + 2 * xb);
         let off = [
-            _mm256_set1_epi32(-32 * *qsums),
-            _mm256_set1_epi32(-32 * *qsums.add(1)),
+            _mm256_set1_epi32(*offsets),
+            _mm256_set1_epi32(*offsets.add(1)),
         ];
         // Rows 0–7's sums over the chunk's first 16 values, then its last 16.
         let halves = if TT > 1 || PACKED {

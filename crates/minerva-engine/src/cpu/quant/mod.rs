@@ -45,6 +45,9 @@ pub struct QuantX {
     /// Per 32 values, `s` of the two halves added: the term the eight-row passes scale
     /// their mins by, added once here rather than in every pass.
     pub s32: Vec<f32>,
+    /// Per 16 values, `−32·Σq`: where Q6_K's sums start (its values are stored 32 up), so
+    /// that its passes read the offset with one broadcast.
+    pub q6_offsets: Vec<i32>,
 }
 
 impl QuantX {
@@ -93,6 +96,8 @@ impl QuantX {
         }
         self.s32.clear();
         self.s32.extend(self.s.chunks_exact(2).map(|h| h[0] + h[1]));
+        self.q6_offsets.clear();
+        self.q6_offsets.extend(self.sums.iter().map(|&q| -32 * q));
     }
 }
 

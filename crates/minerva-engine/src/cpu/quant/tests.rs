@@ -467,7 +467,8 @@ fn activations_quantize_alike_in_lanes_and_scalar() {
     }
 }
 
-/// `QuantX::s32` holds each 32-value block's two scaled half sums added, for every token.
+/// `QuantX::s32` holds each 32-value block's two scaled half sums added, and
+/// `QuantX::q6_offsets` each half's `−32·Σq`, for every token.
 #[test]
 fn block_sums_add_the_halves() {
     let mut rng = Rng(9);
@@ -487,5 +488,10 @@ fn block_sums_add_the_halves() {
             (s - xq.d[b] * q as f32).abs() <= 1e-5 * (1.0 + s.abs()),
             "block {b}"
         );
+    }
+    assert_eq!(xq.q6_offsets.len(), n * len / 16);
+    for (h, &o) in xq.q6_offsets.iter().enumerate() {
+        let q: i32 = xq.q[16 * h..16 * h + 16].iter().map(|&q| q as i32).sum();
+        assert_eq!(o, -32 * q, "half {h}");
     }
 }
