@@ -203,6 +203,18 @@ unsafe fn q6_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &
     }
 }
 
+/// Where a pass is: its group of rows, the next group's bytes to fetch ([`fetch_share`]), the
+/// activations from token `t0` on, and block `b` with its decoded scales `sc`.
+#[derive(Clone, Copy)]
+struct Block256<'a> {
+    g: &'a Group,
+    ahead: *const u8,
+    x: &'a QuantX,
+    t0: usize,
+    b: usize,
+    sc: &'a [f32],
+}
+
 /// The kernel over 256-value blocks, stored as in the file or packed eight rows at a time.
 pub(super) struct BySuper<B, const PACKED: bool>(std::marker::PhantomData<B>);
 
@@ -238,12 +250,20 @@ impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
         let mut here = [0f32; K_D + R];
         for b in 0..x.len / 256 {
             let sc = unit_scales::<Self>(g, b, all, &mut here);
+            let at = Block256 {
+                g,
+                ahead,
+                x,
+                t0,
+                b,
+                sc,
+            };
             let mut sums = [_mm256_setzero_si256(); TT];
             // Sub-blocks in pairs, so that each pair's shared bytes are loaded once (2c and
             // 2c + 1 are the low and high nibbles of Q4_K's and Q5_K's same bytes).
             for c in 0..4 {
                 for j in [2 * c, 2 * c + 1] {
-                    sub_pass::<B, D, TT, PACKED>(g, ahead, x, t0, sc, b, j, &mut sums, &mut acc);
+                    sub_pass::<B, D, TT, PACKED>(&at, j, &mut sums, &mut acc);
                 }
             }
             let d = _mm256_loadu_ps(sc.as_ptr().add(K_D));
@@ -260,19 +280,21 @@ impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
 /// Sub-block `j` of block `b` of [`BySuper`]'s pass: each token's byte products, times the
 /// rows' scales, into its integer `sums`; its mins into `acc`. The integers stay below
 /// 2^27 (eight sub-blocks of 32 values below 32, times 128, times 63).
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn sub_pass<B: Super, D: Dot4, const TT: usize, const PACKED: bool>(
-    g: &Group,
-    ahead: *const u8,
-    x: &QuantX,
-    t0: usize,
-    sc: &[f32],
-    b: usize,
+    at: &Block256,
     j: usize,
     sums: &mut [__m256i; TT],
     acc: &mut [__m256; TT],
 ) {
+    let Block256 {
+        g,
+        ahead,
+        x,
+        t0,
+        b,
+        sc,
+    } = *at;
     let xblocks = x.blocks();
     let p = g.p.add(b * g.step);
     // The next group a sub-block's share at a time: a block's share at once decoded 3 %
@@ -389,12 +411,20 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
         let mut acc = [_mm256_setzero_ps(); TT];
         for b in 0..x.len / 256 {
             let sc = unit_scales::<Self>(g, b, all, &mut here);
+            let at = Block256 {
+                g,
+                ahead,
+                x,
+                t0,
+                b,
+                sc,
+            };
             let mut sums = [_mm256_setzero_si256(); TT];
             // Written out by chunk, so that the bytes chunks share (each high-bit vector
             // four chunks, each low-bit vector two) are loaded once.
             for h in 0..2 {
                 for s in 0..4 {
-                    q6_chunk_pass::<D, TT, PACKED>(g, ahead, x, t0, sc, b, 4 * h + s, &mut sums);
+                    q6_chunk_pass::<D, TT, PACKED>(&at, 4 * h + s, &mut sums);
                 }
             }
             // One scale per 256 activations ([`super::unit_of`]): the block's integers
@@ -412,18 +442,20 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
 
 /// Chunk `c` of block `b` of [`Q6`]'s pass: each token's byte products, the offset taken
 /// off and each half times its scale, into its integer `sums`.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn q6_chunk_pass<D: Dot4, const TT: usize, const PACKED: bool>(
-    g: &Group,
-    ahead: *const u8,
-    x: &QuantX,
-    t0: usize,
-    sc: &[f32],
-    b: usize,
+    at: &Block256,
     c: usize,
     sums: &mut [__m256i; TT],
 ) {
+    let Block256 {
+        g,
+        ahead,
+        x,
+        t0,
+        b,
+        sc,
+    } = *at;
     let xblocks = x.blocks();
     let p = g.p.add(b * g.step);
     fetch_share(ahead, 8 * b + c, Q6K_BYTES / 8);
