@@ -15,7 +15,7 @@ enum Bytes {
         map: Mapping,
         range: std::ops::Range<usize>,
     },
-    Resident(std::sync::Arc<memmap2::Mmap>),
+    Resident(std::sync::Arc<resident::Resident>),
     Owned(Vec<u8>),
 }
 
@@ -110,7 +110,7 @@ pub struct Weights {
     maps: Vec<Mapping>,
     /// Copies on huge pages by where their bytes lie in a mapping and whether they are
     /// packed (a tensor uploaded twice, as tied embeddings are, is copied once).
-    resident: std::collections::HashMap<(usize, usize, bool), std::sync::Arc<memmap2::Mmap>>,
+    resident: std::collections::HashMap<(usize, usize, bool), std::sync::Arc<resident::Resident>>,
     fast: Option<std::sync::Mutex<matmul::Scratch>>,
 }
 
