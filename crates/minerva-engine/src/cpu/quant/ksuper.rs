@@ -135,7 +135,7 @@ unsafe fn top_bits(v: __m256i) -> __m256i {
 /// Eight rows' Q4_K or Q5_K scales and mins, of the blocks at `p` ([`word8`]) (d and dmin
 /// as f16, then twelve bytes of 6-bit scales and mins as ggml packs them), decoded in the
 /// rows' lanes: at `16·j` sub-block j's scale as i32 (the bits in `sc`), at `16·j + 8` its
-/// `−dmin·min` (the product `blocks::k_scales` makes), at [`K_D`] the rows' `d`.
+/// `−dmin·min` (the product `blocks::k_scales` makes), at [`D_AT`] the rows' `d`.
 #[inline(always)]
 unsafe fn k_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
     let (d, dmin) = block32::halves(word8::<PACKED>(p, 0, lanes));
@@ -161,7 +161,7 @@ unsafe fn k_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &m
         ),
     ];
     let at = sc.as_mut_ptr();
-    _mm256_storeu_ps(at.add(K_D), d);
+    _mm256_storeu_ps(at.add(D_AT), d);
     for j in 0..8 {
         let (s, m) = (s[j / 4], m[j / 4]);
         _mm256_storeu_si256(at.add(SCALES * j) as *mut __m256i, byte_i32(s, j % 4));
@@ -170,12 +170,13 @@ unsafe fn k_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &m
     }
 }
 
-/// Where a block's `d` lies among [`k_scales8`]'s scales, after the eight sub-blocks'.
-const K_D: usize = 8 * SCALES;
+/// Where a block's `d` lies among its decoded scales ([`k_scales8`], [`q6_scales8`]), after
+/// the eight sub-blocks' or chunks'.
+const D_AT: usize = 8 * SCALES;
 
 /// Eight rows' Q6_K scales, of the blocks at `p` ([`word8`]): at `16·c` chunk c's scales of
 /// its first 16 values, at `16·c + 8` those of its last 16, as i32 (the bits in `sc`), a
-/// row per lane; at [`Q6_D`] the rows' `d`.
+/// row per lane; at [`D_AT`] the rows' `d`.
 #[inline(always)]
 unsafe fn q6_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &mut [f32]) {
     let d = if PACKED {
@@ -187,7 +188,7 @@ unsafe fn q6_scales8<const PACKED: bool>(p: *const u8, lanes: &[isize; R], sc: &
         block32::halves(block32::gather(p.add(206), lanes)).1
     };
     let at = sc.as_mut_ptr();
-    _mm256_storeu_ps(at.add(Q6_D), d);
+    _mm256_storeu_ps(at.add(D_AT), d);
     for k in 0..4 {
         // Scales 4k..4k + 4: chunks 2k and 2k + 1, two halves each.
         let w = word8::<PACKED>(p, 192 + 4 * k, lanes);
@@ -215,6 +216,24 @@ struct Block256<'a> {
     sc: &'a [f32],
 }
 
+impl Block256<'_> {
+    /// Each token's integer sums over the block, times the rows' `d` and the token's one
+    /// activation scale for the 256 values ([`super::unit_of`]), into `acc`: the block's
+    /// float step.
+    #[inline(always)]
+    unsafe fn scale<const TT: usize>(&self, sums: [__m256i; TT], acc: &mut [__m256; TT]) {
+        let d = _mm256_loadu_ps(self.sc.as_ptr().add(D_AT));
+        for (k, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
+            let dx = *self
+                .x
+                .d
+                .get_unchecked((self.t0 + k) * self.x.blocks() + 8 * self.b);
+            let ddx = _mm256_mul_ps(d, _mm256_set1_ps(dx));
+            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), ddx, *a);
+        }
+    }
+}
+
 /// The kernel over 256-value blocks, stored as in the file or packed eight rows at a time.
 pub(super) struct BySuper<B, const PACKED: bool>(std::marker::PhantomData<B>);
 
@@ -225,7 +244,7 @@ impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
     const BLOCK: usize = B::BYTES;
     const PACKED: bool = PACKED;
     const WIDE_PASS: bool = true;
-    const SCALE_FLOATS: usize = K_D + R;
+    const SCALE_FLOATS: usize = D_AT + R;
     fn row_bytes(len: usize) -> usize {
         len / 256 * B::BYTES
     }
@@ -245,9 +264,8 @@ impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
         all: Option<&[f32]>,
     ) -> [__m256; TT] {
         debug_assert_eq!(x.unit, 256);
-        let xblocks = x.blocks();
         let mut acc = [_mm256_setzero_ps(); TT];
-        let mut here = [0f32; K_D + R];
+        let mut here = [0f32; D_AT + R];
         for b in 0..x.len / 256 {
             let sc = unit_scales::<Self>(g, b, all, &mut here);
             let at = Block256 {
@@ -266,12 +284,7 @@ impl<B: Super, const PACKED: bool> Pass8 for BySuper<B, PACKED> {
                     sub_pass::<B, D, TT, PACKED>(&at, j, &mut sums, &mut acc);
                 }
             }
-            let d = _mm256_loadu_ps(sc.as_ptr().add(K_D));
-            for (k, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
-                let dx = *x.d.get_unchecked((t0 + k) * xblocks + 8 * b);
-                let ddx = _mm256_mul_ps(d, _mm256_set1_ps(dx));
-                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), ddx, *a);
-            }
+            at.scale(sums, &mut acc);
         }
         acc
     }
@@ -356,8 +369,6 @@ unsafe fn sub_pass<B: Super, D: Dot4, const TT: usize, const PACKED: bool>(
 pub(super) struct Q6<const PACKED: bool>;
 
 const Q6K_BYTES: usize = 210;
-/// Where a block's `d` lies among its scales, after the eight chunks' ([`q6_scales8`]).
-const Q6_D: usize = 8 * SCALES;
 
 /// Chunk `c` (of eight) of a Q6_K block's values: four low bits from a nibble of bytes 0..128,
 /// two high bits from bytes 128..192.
@@ -389,7 +400,7 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
     const BLOCK: usize = Q6K_BYTES;
     const PACKED: bool = PACKED;
     const WIDE_PASS: bool = true;
-    const SCALE_FLOATS: usize = Q6_D + R;
+    const SCALE_FLOATS: usize = D_AT + R;
     fn row_bytes(len: usize) -> usize {
         len / 256 * Q6K_BYTES
     }
@@ -406,8 +417,7 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
         all: Option<&[f32]>,
     ) -> [__m256; TT] {
         debug_assert_eq!(x.unit, 256);
-        let xblocks = x.blocks();
-        let mut here = [0f32; Q6_D + R];
+        let mut here = [0f32; D_AT + R];
         let mut acc = [_mm256_setzero_ps(); TT];
         for b in 0..x.len / 256 {
             let sc = unit_scales::<Self>(g, b, all, &mut here);
@@ -427,14 +437,8 @@ impl<const PACKED: bool> Pass8 for Q6<PACKED> {
                     q6_chunk_pass::<D, TT, PACKED>(&at, 4 * h + s, &mut sums);
                 }
             }
-            // One scale per 256 activations ([`super::unit_of`]): the block's integers
-            // scaled once. They stay below 2^27 (16 halves of 16 values of 32 · 128 · 128).
-            let d = _mm256_loadu_ps(sc.as_ptr().add(Q6_D));
-            for (k, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
-                let dx = *x.d.get_unchecked((t0 + k) * xblocks + 8 * b);
-                let ddx = _mm256_mul_ps(d, _mm256_set1_ps(dx));
-                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), ddx, *a);
-            }
+            // The integers stay below 2^27 (16 halves of 16 values of 32 · 128 · 128).
+            at.scale(sums, &mut acc);
         }
         acc
     }
