@@ -147,7 +147,12 @@ impl Model {
             what,
         })?;
         backend.share_mappings(ckpt.mappings());
+        let started = std::time::Instant::now();
         let weights = load_weights(ckpt, &spec, backend.as_mut(), progress)?;
+        if crate::gpu::profile::timing_asked() {
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            eprintln!("load: weights handed to the backend in {ms:.1} ms");
+        }
         Self::assemble(spec, weights, backend, max_batch)
     }
 

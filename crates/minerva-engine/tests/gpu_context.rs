@@ -112,7 +112,7 @@ fn pipelines_built_ahead_keep_their_errors_to_themselves() {
     ctx.check().unwrap();
 }
 
-/// Weights pass through the staging ring (two halves that start at 32 MiB and grow): tensors
+/// Weights pass through the staging ring (two halves of 32 MiB): tensors
 /// of odd sizes, one larger than a half, several filling both halves, some staged after a
 /// step (a read) has let the ring go, come back byte for byte, each padded with zeros to its
 /// buffer's size.

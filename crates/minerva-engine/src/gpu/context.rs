@@ -4,7 +4,7 @@
 
 use super::error::{GpuError, GpuResult};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// How to choose the adapter.
 #[derive(Debug, Clone, Default)]
@@ -87,16 +87,24 @@ fn record(slot: &Mutex<Option<GpuError>>, err: GpuError) {
 /// Every adapter of the backends `WGPU_BACKEND` allows (Vulkan, Metal, DX12 and GL by
 /// default), best first: discrete before integrated before software and, within a device type,
 /// Vulkan/Metal/DX12 before GL, which lacks subgroups and f16.
+///
+/// Listed once per process: making the instance and listing its adapters took 70–100 ms on
+/// an H200's driver, paid once when the backend was chosen and again by every device made
+/// (benches/GPU.md, entry 74). An adapter plugged in later is seen after a restart.
 fn ranked_adapters() -> Vec<wgpu::Adapter> {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-    desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
-    let instance = wgpu::Instance::new(desc);
-    let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
-    adapters.sort_by_key(|a| {
-        let info = a.get_info();
-        (rank(info.device_type), info.backend == wgpu::Backend::Gl)
+    static LISTED: OnceLock<(wgpu::Instance, Vec<wgpu::Adapter>)> = OnceLock::new();
+    let (_, adapters) = LISTED.get_or_init(|| {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
+        let instance = wgpu::Instance::new(desc);
+        let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        adapters.sort_by_key(|a| {
+            let info = a.get_info();
+            (rank(info.device_type), info.backend == wgpu::Backend::Gl)
+        });
+        (instance, adapters)
     });
-    adapters
+    adapters.clone()
 }
 
 /// What the adapters wgpu sees are, best first (the order `GpuContext::new` chooses in).
@@ -108,7 +116,9 @@ impl GpuContext {
     /// Opens the best adapter: discrete before integrated before software, among the backends
     /// `WGPU_BACKEND` allows (all by default), filtered by `opts.adapter_name`.
     pub fn new(opts: &GpuOptions) -> GpuResult<GpuContext> {
+        let t = std::time::Instant::now();
         let mut adapters = ranked_adapters();
+        let found = t.elapsed();
         let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
         if let Some(want) = &opts.adapter_name {
             let want = want.to_lowercase();
@@ -159,6 +169,13 @@ impl GpuContext {
             reason: e.to_string(),
         })?;
 
+        if super::profile::timing_asked() {
+            eprintln!(
+                "load: adapters listed in {:.1} ms, device made in {:.1} ms",
+                found.as_secs_f64() * 1e3,
+                (t.elapsed() - found).as_secs_f64() * 1e3
+            );
+        }
         let errors: Arc<Mutex<Option<GpuError>>> = Arc::new(Mutex::new(None));
         let slot = errors.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
@@ -235,13 +252,34 @@ impl GpuContext {
         })
     }
 
-    /// Writes a weight's `bytes` into `dst` (zeros after them up to `size`) through the
-    /// staging ring ([`super::staging`]); the copies reach the queue before the next step.
-    pub(crate) fn stage(&self, dst: &wgpu::Buffer, bytes: &[u8], size: u64) -> GpuResult<()> {
+    /// A weight's buffer of `size` bytes (a multiple of 4, at least `bytes.len()`) holding
+    /// `bytes` and zeros after them, written through the staging ring ([`super::staging`]):
+    /// the copies reach the queue before the next step.
+    pub(crate) fn weight_buffer(
+        &self,
+        label: &str,
+        bytes: &[u8],
+        size: u64,
+    ) -> GpuResult<wgpu::Buffer> {
+        let t = std::time::Instant::now();
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            // COPY_SRC too, so that a weight can be read back as it landed.
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
         let mut ring = self.staging.lock().unwrap_or_else(|p| p.into_inner());
-        ring.write(&self.device, &self.queue, dst, bytes, size)?;
+        if let Some(times) = &mut ring.times {
+            times.buffers.0 += 1;
+            times.buffers.1 += t.elapsed();
+        }
+        ring.write(&self.device, &self.queue, &buf, bytes, size)?;
         drop(ring);
-        self.check()
+        self.check()?;
+        Ok(buf)
     }
 
     /// Submits the weight copies still recorded in the staging ring, and lets the ring go:

@@ -1,18 +1,19 @@
 //! Weights on their way to the device: a ring of two host-visible buffers, written in turn
-//! (by every core) and copied on the queue into the weights' own buffers. A load holds at
-//! most [`STAGING_LIMIT`] in host-visible memory, the ring's pages are faulted in and zeroed
+//! (by every core) and copied on the queue into the weights' own buffers. A load holds two
+//! halves of [`HALF`] in host-visible memory, the ring's pages are faulted in and zeroed
 //! once rather than once per tensor, and the device's copy of one half overlaps the writing
 //! of the other.
 
 use super::error::{GpuError, GpuResult};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// The most bytes of weights staged for upload at once: two halves of half as much.
-pub(crate) const STAGING_LIMIT: u64 = 256 << 20;
-/// A half's first size; it doubles each time it fills, up to half the limit, so a small
-/// model maps little more than it needs, and a large one waits on few small halves.
-const FIRST_HALF: u64 = 32 << 20;
+/// The size of each half. Making a half is what costs (the driver pins its pages and wgpu
+/// zeroes them: ≈ 0.5 ms per MiB on an H200), while handing one over costs ≈ 0.15 ms: halves
+/// that doubled from 32 to 128 MiB made tinyllama's load wait 115–150 ms for 448 MiB of
+/// halves, two fixed ones of 32 MiB 15–21 ms (benches/GPU.md, entry 74).
+pub(crate) const HALF: u64 = 32 << 20;
 /// Offsets into a mapped buffer must be multiples of this (wgpu's `MAP_ALIGNMENT`).
 const ALIGN: u64 = wgpu::MAP_ALIGNMENT;
 
@@ -21,10 +22,50 @@ struct Half {
     size: u64,
     used: u64,
     mapped: bool,
-    /// Whether it filled up before its last hand-over: the next use doubles it.
-    grow: bool,
     /// The submission that copies its bytes out, which a rewrite must wait for.
     last: Option<wgpu::SubmissionIndex>,
+}
+
+/// Where a load's upload time went, printed when the ring is released
+/// (`MINERVA_GPU_TIMING=1`).
+#[derive(Default)]
+pub(crate) struct UploadTimes {
+    /// Weight buffers created, and the time creating them took.
+    pub buffers: (u64, Duration),
+    /// Halves made, and the time making and mapping them took.
+    made: (u64, Duration),
+    /// Halves mapped again, and the time waiting for the device's copies and the map.
+    remapped: (u64, Duration),
+    /// Bytes copied into mapped halves, and the time the copies took.
+    copied: (u64, Duration),
+    /// Hand-overs (unmap, finish, submit), and their time.
+    submitted: (u64, Duration),
+}
+
+impl UploadTimes {
+    fn report(&self) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        eprintln!(
+            "load: upload: {} buffers created in {:.1} ms; {} halves made in {:.1} ms, {} mapped \
+             again after {:.1} ms of waiting; {:.1} MB copied in {:.1} ms; {} hand-overs in {:.1} ms",
+            self.buffers.0,
+            ms(self.buffers.1),
+            self.made.0,
+            ms(self.made.1),
+            self.remapped.0,
+            ms(self.remapped.1),
+            self.copied.0 as f64 / 1e6,
+            ms(self.copied.1),
+            self.submitted.0,
+            ms(self.submitted.1),
+        );
+    }
+}
+
+/// Adds the time since `t` and one event to `slot`.
+fn tally(slot: &mut (u64, Duration), t: Instant, n: u64) {
+    slot.0 += n;
+    slot.1 += t.elapsed();
 }
 
 /// The ring and the copies recorded from it since the last hand-over.
@@ -32,34 +73,34 @@ pub(crate) struct Staging {
     halves: [Half; 2],
     cur: usize,
     copies: Option<wgpu::CommandEncoder>,
-    /// A half's first size and its largest.
-    first: u64,
-    most: u64,
+    /// Each half's size.
+    half: u64,
+    /// Kept only when timings are asked for.
+    pub times: Option<UploadTimes>,
 }
 
 impl Default for Staging {
     fn default() -> Self {
-        Staging::with_sizes(FIRST_HALF, STAGING_LIMIT / 2)
+        Staging::with_half(HALF)
     }
 }
 
 impl Staging {
-    /// A ring whose halves start at `first` bytes and grow to `most` (multiples of 8).
-    pub fn with_sizes(first: u64, most: u64) -> Staging {
-        let half = || Half {
+    /// A ring of two halves of `half` bytes (a multiple of 8).
+    pub fn with_half(half: u64) -> Staging {
+        let empty = || Half {
             buf: None,
             size: 0,
             used: 0,
             mapped: false,
-            grow: true,
             last: None,
         };
         Staging {
-            halves: [half(), half()],
+            halves: [empty(), empty()],
             cur: 0,
             copies: None,
-            first: first.min(most),
-            most,
+            half,
+            times: super::profile::timing_asked().then(UploadTimes::default),
         }
     }
 
@@ -91,8 +132,12 @@ impl Staging {
                 let (from, to) = (at as usize, (at + n) as usize);
                 let data = &bytes[from.min(bytes.len())..to.min(bytes.len())];
                 let mut piece = view.slice(..);
+                let t = Instant::now();
                 copy_parallel(piece.slice(..data.len()), data);
                 piece.slice(data.len()..).fill(0);
+                if let Some(times) = &mut self.times {
+                    tally(&mut times.copied, t, n);
+                }
             }
             let copies = self.copies.get_or_insert_with(|| {
                 device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -115,15 +160,18 @@ impl Staging {
         let Some(copies) = self.copies.take() else {
             return;
         };
+        let t = Instant::now();
         let half = &mut self.halves[self.cur];
         if let Some(buf) = &half.buf {
             buf.unmap();
         }
         half.mapped = false;
-        half.grow = half.used >= half.size;
         half.used = 0;
         half.last = Some(queue.submit([copies.finish()]));
         self.cur ^= 1;
+        if let Some(times) = &mut self.times {
+            tally(&mut times.submitted, t, 1);
+        }
     }
 
     /// Hands the recorded copies over and lets the ring's buffers go (once the device is done
@@ -131,20 +179,26 @@ impl Staging {
     /// otherwise hold up to the limit of it for good. A later load makes it again.
     pub fn release(&mut self, queue: &wgpu::Queue) {
         self.hand_over(queue);
-        *self = Staging::with_sizes(self.first, self.most);
+        if let Some(times) = &self.times {
+            if times.copied.0 > 0 {
+                times.report();
+            }
+        }
+        *self = Staging::with_half(self.half);
     }
 
-    /// Makes the current half writable: made (or remade larger), or mapped again once the
-    /// device has copied its last bytes out.
+    /// Makes the current half writable: made, or mapped again once the device has copied its
+    /// last bytes out.
     fn ready(&mut self, device: &wgpu::Device) -> GpuResult<()> {
-        let (first, most) = (self.first, self.most);
+        let size = self.half;
         let half = &mut self.halves[self.cur];
         if half.mapped {
             return Ok(());
         }
-        if half.grow && half.size < most {
-            half.size = (half.size * 2).clamp(first, most);
-            // The old buffer is freed once the copies that read it are done.
+        let t = Instant::now();
+        let made = half.buf.is_none();
+        if made {
+            half.size = size;
             half.buf = Some(device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("staging"),
                 size: half.size,
@@ -179,7 +233,17 @@ impl Staging {
             }
         }
         half.mapped = true;
-        half.grow = false;
+        if let Some(times) = &mut self.times {
+            tally(
+                if made {
+                    &mut times.made
+                } else {
+                    &mut times.remapped
+                },
+                t,
+                1,
+            );
+        }
         Ok(())
     }
 }
@@ -209,9 +273,9 @@ mod tests {
     use super::*;
     use crate::gpu::{GpuContext, GpuOptions};
 
-    /// A small ring (halves of 16 to 64 KiB) through which tensors of odd sizes, some larger
-    /// than a half, pass many times round: halves are made, grown, handed over full and
-    /// mapped again, and every byte lands, each buffer's tail zeroed.
+    /// A small ring (halves of 16 KiB) through which tensors of odd sizes, some larger than a
+    /// half, pass many times round: halves are made, handed over full and mapped again, and
+    /// every byte lands, each buffer's tail zeroed.
     #[test]
     fn a_small_ring_wraps_and_every_byte_lands() {
         let ctx = match GpuContext::new(&GpuOptions::default()) {
@@ -222,7 +286,7 @@ mod tests {
             }
             Err(e) => panic!("CI is set but the GPU backend found no device: {e}"),
         };
-        let mut ring = Staging::with_sizes(16 << 10, 64 << 10);
+        let mut ring = Staging::with_half(16 << 10);
         let mut seed = 7u64;
         let mut written = Vec::new();
         for len in [1usize, 5, 70_000, 3, 40_000, 200_001, 64 << 10, 13, 150_000] {

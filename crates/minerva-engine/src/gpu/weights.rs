@@ -175,17 +175,7 @@ fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> GpuResult<wgpu
     // Padded to whole vec4s: kernels read words (blocks like Q4_0's are 18 bytes), and f32
     // vectors (norm weights) as vec4s. The padding is written as zeros.
     let size = (bytes.len().div_ceil(16).max(1) * 16) as u64;
-    let buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(label),
-        size,
-        // COPY_SRC too, so that a weight can be read back as it landed.
-        usage: wgpu::BufferUsages::STORAGE
-            | wgpu::BufferUsages::COPY_DST
-            | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    });
-    ctx.stage(&buf, bytes, size)?;
-    Ok(buf)
+    ctx.weight_buffer(label, bytes, size)
 }
 
 impl GpuWeight {
