@@ -353,6 +353,10 @@ impl Backend for GpuBackend {
         true
     }
 
+    fn share_mappings(&mut self, maps: &[minerva_formats::Mapping]) {
+        self.ctx.hold_mappings(maps);
+    }
+
     fn upload(&mut self, view: &TensorView) -> Result<WeightId> {
         // Stacked matrices (experts) stay whole within a part so that ids can pick them.
         let n = view.shape.len();

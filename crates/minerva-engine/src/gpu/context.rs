@@ -282,6 +282,13 @@ impl GpuContext {
         Ok(buf)
     }
 
+    /// Holds a checkpoint's file mappings until the staging ring is released, so that
+    /// weights inside them are copied a half at a time (`Staging::hold`).
+    pub(crate) fn hold_mappings(&self, maps: &[minerva_formats::Mapping]) {
+        let mut ring = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        ring.hold(maps);
+    }
+
     /// Submits the weight copies still recorded in the staging ring, and lets the ring go:
     /// work is submitted once a load is done (its first step), and weights copied before it.
     fn release_staging(&self) {

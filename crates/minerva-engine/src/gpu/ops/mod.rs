@@ -336,6 +336,23 @@ pub struct Ops {
     scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
     /// Decode products of E2M1 weights in packed f16 (`Capabilities::packed_f16`).
     packed_f16: bool,
+    /// The threads building pipelines ahead of use (`warm_up`), and the flag that stops them
+    /// at their next pipeline: dropping the ops waits for them, so that no pipeline is being
+    /// compiled by the driver while the process exits.
+    warming: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    stop_warming: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Ops {
+    fn drop(&mut self) {
+        self.stop_warming
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let threads = std::mem::take(self.warming.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
+            // A thread that panicked has nothing left to wait for.
+            let _ = t.join();
+        }
+    }
 }
 
 /// Decode products' workgroup: 256 threads over 4 rows (64 lanes per row). Measured against
@@ -381,6 +398,8 @@ impl Ops {
             int8_min_outputs: INT8_MIN_OUTPUTS,
             expert_chunk_bytes: EXPERT_CHUNK_BYTES,
             scratch: Mutex::new(HashMap::new()),
+            warming: Mutex::new(Vec::new()),
+            stop_warming: Arc::default(),
             ctx,
         }
     }
@@ -555,11 +574,18 @@ impl Ops {
             jobs.push(("moe_coop.wgsl", Defines::new(), Vec::new(), "gather"));
         }
         let (ctx, pipelines) = (self.ctx.clone(), self.pipelines.clone());
-        std::thread::spawn(move || {
+        let stop = self.stop_warming.clone();
+        let thread = std::thread::spawn(move || {
             for (file, d, weights, entry) in jobs {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
                 pipelines.prepare(&ctx, file, &d, &weights, entry);
             }
         });
+        let mut warming = self.warming.lock().unwrap_or_else(|p| p.into_inner());
+        warming.retain(|t| !t.is_finished());
+        warming.push(thread);
     }
 
     fn weight_defines(&self, w: &GpuWeight, sel: &MatSel) -> Defines {
