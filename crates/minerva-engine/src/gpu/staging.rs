@@ -87,6 +87,8 @@ pub(crate) struct Staging {
     /// 636 MB went at ≈ 10 GB/s, gpt-oss-20b's 141 MB tensors at ≈ 24 GB/s.
     held: Vec<minerva_formats::Mapping>,
     pending: Vec<Pending>,
+    /// Room for weights converted on their way (`GpuContext::with_conversion`).
+    pub conversion: Vec<u8>,
     /// Each half's size.
     half: u64,
     /// Kept only when timings are asked for.
@@ -115,6 +117,7 @@ impl Staging {
             copies: None,
             held: Vec::new(),
             pending: Vec::new(),
+            conversion: Vec::new(),
             half,
             times: super::profile::timing_asked().then(UploadTimes::default),
         }

@@ -178,10 +178,65 @@ fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> GpuResult<wgpu
     ctx.weight_buffer(label, bytes, size)
 }
 
+/// GGUF MXFP4 blocks (a scale byte, then 16 bytes of codes) split into the blocks' codes, 16
+/// bytes each, and their scale bytes apart: a 17-byte block put every word of codes across a
+/// word boundary, so the kernels read each part with two loads and shifts, and its scale with a
+/// third (benches/GPU.md, entry 75). The codes keep GGUF's order (blocks_ggml.wgsl).
+fn mxfp4_split(blocks: &[u8], codes: &mut [u8], scales: &mut [u8]) {
+    use rayon::prelude::*;
+    const BLOCKS_PER_TASK: usize = 1 << 14;
+    codes
+        .par_chunks_mut(16 * BLOCKS_PER_TASK)
+        .zip(scales.par_chunks_mut(BLOCKS_PER_TASK))
+        .zip(blocks.par_chunks(17 * BLOCKS_PER_TASK))
+        .for_each(|((codes, scales), blocks)| {
+            for ((out, scale), block) in codes
+                .chunks_exact_mut(16)
+                .zip(scales.iter_mut())
+                .zip(blocks.chunks_exact(17))
+            {
+                *scale = block[0];
+                out.copy_from_slice(&block[1..]);
+            }
+        });
+}
+
 impl GpuWeight {
-    /// Copies `view` to the GPU as stored. `row_align` keeps parts whole multiples of that many
-    /// rows (the rows of one expert, so an expert never straddles two parts).
+    /// Copies `view` to the GPU as stored, but for GGUF MXFP4, whose blocks' scales are stored
+    /// apart from their codes (`mxfp4_split`): one layout that every kernel reads. `row_align` keeps parts
+    /// whole multiples of that many rows (the rows of one expert, so an expert never straddles
+    /// two parts).
     pub fn upload(ctx: &GpuContext, view: &TensorView, row_align: usize) -> GpuResult<GpuWeight> {
+        if let (DType::MXFP4, TensorData::Plain(blocks)) = (view.dtype, &view.data) {
+            if view.row_len().is_multiple_of(32) && blocks.len().is_multiple_of(17) {
+                let n = blocks.len() / 17;
+                return ctx.with_conversion(n * 17, |buf| {
+                    let (codes, scales) = buf.split_at_mut(n * 16);
+                    mxfp4_split(blocks, codes, scales);
+                    // Codes and scales apart, as MLX mxfp4 packs hold them (`components`
+                    // reads the two buffers by this variant), the codes in GGUF's order (the
+                    // dtype).
+                    let split = TensorView {
+                        name: view.name,
+                        shape: view.shape.clone(),
+                        dtype: DType::MXFP4,
+                        data: TensorData::MlxMxfp4 {
+                            weight: codes,
+                            scales,
+                        },
+                    };
+                    Self::upload_as_stored(ctx, &split, row_align)
+                });
+            }
+        }
+        Self::upload_as_stored(ctx, view, row_align)
+    }
+
+    fn upload_as_stored(
+        ctx: &GpuContext,
+        view: &TensorView,
+        row_align: usize,
+    ) -> GpuResult<GpuWeight> {
         let bad = |reason: String| GpuError::Unsupported {
             tensor: view.name.to_string(),
             reason,

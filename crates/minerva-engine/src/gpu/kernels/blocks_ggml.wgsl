@@ -1,8 +1,9 @@
 // GGUF legacy blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and GGUF MXFP4, read in place.
 // Layouts (bytes): Q4_0 d:f16 qs[16]; Q4_1 d m qs[16]; Q5_0 d qh:u32 qs[16]; Q5_1 d m qh qs[16];
-// Q8_0 d qs:i8[32]; MXFP4 e:u8 qs[16]. Nibble blocks hold element j in the low nibble of byte j
-// and element j+16 in the high nibble, so part j is word j of qs: its low nibbles are vec4 j of
-// the unit, its high nibbles vec4 j + 4. With DOT_I8, Q4_0 and Q8_0 parts also take x quantized
+// Q8_0 d qs:i8[32]; MXFP4 qs[16] in w0 and its e:u8 in w1 (the upload splits GGUF's 17-byte
+// blocks, so that every word of codes is aligned). Nibble blocks hold element j in the low nibble
+// of byte j and element j+16 in the high nibble, so part j is word j of qs: its low nibbles are
+// vec4 j of the unit, its high nibbles vec4 j + 4. With DOT_I8, Q4_0 and Q8_0 parts also take x quantized
 // to int8 (`dot_i8_part`, for the decode products).
 #include "common.wgsl"
 #include "weights.wgsl"
@@ -26,7 +27,13 @@ const PART_SPLIT: bool = false;
 const PART_SPLIT: bool = true;
 #endif
 #ifdef DT_MXFP4
-const BLOCK_BYTES: u32 = 17u;
+const BLOCK_BYTES: u32 = 16u;
+@group(0) @binding(1) var<storage, read> w1: array<u32>;
+
+// The E8M0 scale of block g.
+fn mx_scale(g: u32) -> f32 {
+    return e8m0((w1[g >> 2u] >> ((g & 3u) * 8u)) & 0xFFu);
+}
 #endif
 
 // Bit j of `h` for the four elements starting at j, as 0 or 16.
@@ -41,7 +48,7 @@ fn high_bits(h: u32, j: u32) -> vec4<f32> {
 fn load_scaled_part(row: u32, u: u32, j: u32, cols: u32) -> ScaledPart {
     let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
 #ifdef DT_MXFP4
-    return ScaledPart(e2m1_nibbles_x4(w0_word(b + 1u + 4u * j)), e8m0(w0_byte(b)) * 0.25);
+    return ScaledPart(e2m1_nibbles_x4(w0[b / 4u + j]), mx_scale(b / 16u) * 0.25);
 #endif
 #ifdef DT_Q8_0
     let q = b + 2u + 8u * j;
@@ -63,8 +70,8 @@ fn load_scaled_part(row: u32, u: u32, j: u32, cols: u32) -> ScaledPart {
 
 #ifdef PACKED_F16
 fn load_half_part(row: u32, u: u32, j: u32, cols: u32) -> HalfPart {
-    let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
-    return HalfPart(e2m1_halves(w0_word(b + 1u + 4u * j)), e8m0(w0_byte(b)) * 4.0);
+    let g = row * (cols / 32u) + u;
+    return HalfPart(e2m1_halves(w0[g * 4u + j]), mx_scale(g) * 4.0);
 }
 
 // The part's x values (a: the low nibbles' values, b: the high nibbles') paired as
