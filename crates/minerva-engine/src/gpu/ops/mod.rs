@@ -573,28 +573,19 @@ impl Ops {
             }
             jobs.push(("moe_coop.wgsl", Defines::new(), Vec::new(), "gather"));
         }
-        // Several threads, each taking every n-th job in order: one thread did not finish the
-        // dense kernels before a small model's weights were up, and the load's throwaway step
-        // then built the rest itself.
-        let n = std::thread::available_parallelism().map_or(2, |c| (c.get() / 2).clamp(1, 4));
-        let mut shares: Vec<Vec<Job>> = (0..n).map(|_| Vec::new()).collect();
-        for (i, job) in jobs.into_iter().enumerate() {
-            shares[i % n].push(job);
-        }
+        let (ctx, pipelines) = (self.ctx.clone(), self.pipelines.clone());
+        let stop = self.stop_warming.clone();
+        let thread = std::thread::spawn(move || {
+            for (file, d, weights, entry) in jobs {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                pipelines.prepare(&ctx, file, &d, &weights, entry);
+            }
+        });
         let mut warming = self.warming.lock().unwrap_or_else(|p| p.into_inner());
         warming.retain(|t| !t.is_finished());
-        for share in shares.into_iter().filter(|s| !s.is_empty()) {
-            let (ctx, pipelines) = (self.ctx.clone(), self.pipelines.clone());
-            let stop = self.stop_warming.clone();
-            warming.push(std::thread::spawn(move || {
-                for (file, d, weights, entry) in share {
-                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        return;
-                    }
-                    pipelines.prepare(&ctx, file, &d, &weights, entry);
-                }
-            }));
-        }
+        warming.push(thread);
     }
 
     fn weight_defines(&self, w: &GpuWeight, sel: &MatSel) -> Defines {
