@@ -337,20 +337,31 @@ pub struct Ops {
     /// Decode products of E2M1 weights in packed f16 (`Capabilities::packed_f16`).
     packed_f16: bool,
     /// The threads building pipelines ahead of use (`warm_up`), and the flag that stops them
-    /// at their next pipeline: dropping the ops waits for them, so that no pipeline is being
-    /// compiled by the driver while the process exits.
+    /// at their next pipeline: dropping the ops waits for them (at most `WARMING_WAIT`), so
+    /// that no pipeline is being compiled by the driver while the process exits.
     warming: Mutex<Vec<std::thread::JoinHandle<()>>>,
     stop_warming: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// The longest dropping the ops waits for its kernel-building threads: a pipeline takes
+/// milliseconds with the driver's cache warm and up to a few seconds without it; a driver call
+/// that never returns must not hang the program that unloads a model.
+const WARMING_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Drop for Ops {
     fn drop(&mut self) {
         self.stop_warming
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let threads = std::mem::take(self.warming.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let deadline = std::time::Instant::now() + WARMING_WAIT;
         for t in threads {
-            // A thread that panicked has nothing left to wait for.
-            let _ = t.join();
+            while !t.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            if t.is_finished() {
+                // A thread that panicked has nothing left to wait for.
+                let _ = t.join();
+            }
         }
     }
 }
