@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 /// The size of each half. Making a half is what costs (the driver pins its pages and wgpu
 /// zeroes them: ≈ 0.5 ms per MiB on an H200), while handing one over costs ≈ 0.15 ms: halves
-/// that doubled from 32 to 128 MiB made tinyllama's load wait 115–150 ms for 448 MiB of
+/// that doubled from 32 to 128 MiB made tinyllama's load wait 112–148 ms for 448 MiB of
 /// halves, two fixed ones of 32 MiB 15–21 ms (benches/GPU.md, entry 74).
 pub(crate) const HALF: u64 = 32 << 20;
 /// Offsets into a mapped buffer must be multiples of this (wgpu's `MAP_ALIGNMENT`).

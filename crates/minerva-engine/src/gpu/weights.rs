@@ -203,9 +203,9 @@ fn mxfp4_split(blocks: &[u8], codes: &mut [u8], scales: &mut [u8]) {
 
 impl GpuWeight {
     /// Copies `view` to the GPU as stored, but for GGUF MXFP4, whose blocks' scales are stored
-    /// apart from their codes (`mxfp4_split`): one layout that every kernel reads. `row_align` keeps parts
-    /// whole multiples of that many rows (the rows of one expert, so an expert never straddles
-    /// two parts).
+    /// apart from their codes (`mxfp4_split`): one layout that every kernel reads. `row_align`
+    /// keeps parts whole multiples of that many rows (the rows of one expert, so an expert
+    /// never straddles two parts).
     pub fn upload(ctx: &GpuContext, view: &TensorView, row_align: usize) -> GpuResult<GpuWeight> {
         if let (DType::MXFP4, TensorData::Plain(blocks)) = (view.dtype, &view.data) {
             if view.row_len().is_multiple_of(32) && blocks.len().is_multiple_of(17) {
