@@ -7,7 +7,7 @@ mod gpu_common;
 use gpu_common::activations::*;
 use gpu_common::*;
 use minerva_engine::gpu::ops::Rotary;
-use minerva_engine::gpu::{AttnShape, GpuContext, KvCache, Ops, Region, Step};
+use minerva_engine::gpu::{AttnShape, GpuContext, KvCache, Ops, Region, Step, SCORES_BYTES};
 use std::sync::Arc;
 
 /// Causal attention of queries at positions pos0.. over the keys and values of all positions.
@@ -87,7 +87,9 @@ fn attention_case(
     then: usize,
     rope: Option<CaseRope>,
 ) {
-    attention_steps(ctx, shape, f16, sinks, total, first, then, rope, false);
+    attention_steps(
+        ctx, shape, f16, sinks, total, first, then, rope, false, None,
+    );
 }
 
 /// `attention_case`, with single-query steps through `decode_rope` where `fold` (the RoPE and
@@ -104,9 +106,13 @@ fn attention_steps(
     then: usize,
     rope: Option<CaseRope>,
     fold: bool,
+    scores_bytes: Option<u64>,
 ) {
     let mut ops = Ops::new(ctx.clone());
     ops.set_int8_products(true);
+    if let Some(b) = scores_bytes {
+        ops.set_scores_bytes(b);
+    }
     let mut rng = Rng::new(13 + total as u64);
     let (h_n, kv_n, d) = (
         shape.heads as usize,
@@ -147,12 +153,21 @@ fn attention_steps(
         ))
     );
     let mut pos = 0;
+    let mut steps = 0;
     while pos < total {
         let n = if pos == 0 {
             first
         } else {
             then.min(total - pos)
         };
+        // The most keys a query sees: exactly the step's (the tightest layout), or every other
+        // step as the backend gives it, a power of two (past the cache here and there).
+        let seen = match steps % 2 {
+            0 => (pos + n) as u32,
+            _ => ((pos + n) as u32).next_power_of_two(),
+        };
+        steps += 1;
+        let coop = ops.attention_on_matrix_cores(&shape, &cache, n as u32, seen);
         let (qs, ks) = (
             pos * h_n * d..(pos + n) * h_n * d,
             pos * kv_n * d..(pos + n) * kv_n * d,
@@ -243,10 +258,23 @@ fn attention_steps(
                     sink_buf.as_ref().map(|b| Region::new(b, 0, 0)),
                     &step_buf,
                     n as u32,
+                    seen,
                 )
                 .unwrap();
             let one = (n == 1 && shape.one_pass(1)) || shape.tiled(n as u32);
-            let want_dispatches = if one { 1 } else { 2 };
+            let want_dispatches = if coop {
+                // q to f16, three per group of heads (each as many heads as the scores and
+                // weights of fit), the copy out.
+                let row_len = seen.clamp(n as u32, shape.cache_len).next_multiple_of(32) + 32;
+                let per_head = n.next_multiple_of(32) as u64 * row_len as u64 * 6;
+                let per_group =
+                    (scores_bytes.unwrap_or(SCORES_BYTES) / per_head).clamp(1, h_n as u64);
+                2 + 3 * (h_n as u64).div_ceil(per_group) as usize
+            } else if one {
+                1
+            } else {
+                2
+            };
             assert_eq!(att.len(), want_dispatches, "{what}: attention dispatches");
             let mut list = vec![&write];
             list.extend(&att);
@@ -290,7 +318,9 @@ fn attention_steps(
         }
         let got = ctx.read_f32(&ob, o_off as usize, n * h_n * d).unwrap();
         let want = cpu_attention(&step_q, &rounded(&keys), &vr, pos, &shape, sinks.as_deref());
-        assert_close(&format!("{what} at position {pos}"), &got, &want, 2e-4);
+        // Matrix cores take the queries and the softmax's weights in f16.
+        let tol = if coop { 4e-3 } else { 2e-4 };
+        assert_close(&format!("{what} at position {pos}"), &got, &want, tol);
         if let Some(r) = &records {
             let parts = got.len() / 8;
             assert_eq!(r.scales() as usize, parts, "{what}: records");
@@ -520,6 +550,68 @@ fn prefill_attention_in_tiles() {
     attention_case(&ctx, wide, true, None, 12, 5, 7, None);
 }
 
+/// Prompts of at least 32 queries on matrix cores where the adapter has them (the tiles
+/// elsewhere, as on CI's lavapipe): heads in groups of two and of one (scores and weights
+/// bounded to a few heads'), sinks, blocks of queries and keys partly past the step and the
+/// cache (lengths not multiples of 32), a second prompt after the first; then a step of fewer
+/// than 32 queries, which keeps the tiles.
+#[test]
+fn prefill_attention_on_matrix_cores() {
+    let Some(ctx) = shared() else { return };
+    // tinyllama's layout: 8 query heads per KV head of 64 values.
+    let tiny = AttnShape {
+        heads: 8,
+        kv_heads: 1,
+        head_dim: 64,
+        cache_len: 120,
+        window: 0,
+        scale: 0.125,
+    };
+    let ops = Ops::new(ctx.clone());
+    let cache = KvCache::new(&ctx, tiny.cache_len, 1, 64, true);
+    assert_eq!(
+        ops.attention_on_matrix_cores(&tiny, &cache, 40, 40),
+        ctx.caps.matrix_cores
+    );
+    assert!(!ops.attention_on_matrix_cores(&tiny, &cache, 31, 31));
+    let f32_cache = KvCache::new(&ctx, tiny.cache_len, 1, 64, false);
+    assert!(!ops.attention_on_matrix_cores(&tiny, &f32_cache, 40, 40));
+    let windowed = AttnShape {
+        window: 100,
+        ..tiny
+    };
+    assert!(!ops.attention_on_matrix_cores(&windowed, &cache, 40, 40));
+    // Scores and weights for two heads, then one, at the longest step's layout (64 query rows ×
+    // 160 keys × 6 bytes; the shorter first step fits more).
+    let sinks = Some((0..8).map(|h| h as f32 * 0.4 - 1.5).collect::<Vec<f32>>());
+    for heads_per_group in [2, 1] {
+        let bytes = Some(heads_per_group * 64 * 160 * 6);
+        attention_steps(
+            &ctx,
+            tiny,
+            true,
+            sinks.clone(),
+            110,
+            40,
+            45,
+            None,
+            false,
+            bytes,
+        );
+    }
+    // 2 query heads per KV head of 128 values (two blocks of value dims), no sinks, every head
+    // in one group.
+    let wide = AttnShape {
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 128,
+        cache_len: 100,
+        window: 0,
+        scale: 0.09,
+    };
+    attention_steps(&ctx, wide, true, None, 97, 64, 33, None, false, None);
+}
+
 #[test]
 fn decode_attention_spreads_many_blocks_over_its_splits() {
     let Some(ctx) = shared() else { return };
@@ -672,23 +764,24 @@ fn decode_attention_with_rope_and_cache_write_folded_in() {
             1,
             case_rope(64, false, 1.0),
             true,
+            None,
         );
         // 4 query heads per KV head of 128 values, 96 of them turned (halves), YaRN's factor,
         // sinks, f32 cache, a window of 50 over a cache of 51 that wraps while decoding.
         let wide = attn_shape(8, 2, 128, 51, 50);
         let yarn = case_rope(96, true, 1.1);
-        attention_steps(&ctx, wide, false, sinks(8), 120, 20, 1, yarn, true);
+        attention_steps(&ctx, wide, false, sinks(8), 120, 20, 1, yarn, true, None);
         // One query head per KV head, 32 of 64 dims turned in adjacent pairs, sinks, f16, a
         // window of 33 over a cache of 34 that wraps.
         let single = attn_shape(3, 3, 64, 34, 33);
         let part = case_rope(32, false, 1.0);
-        attention_steps(&ctx, single, true, sinks(3), 45, 2, 1, part, true);
+        attention_steps(&ctx, single, true, sinks(3), 45, 2, 1, part, true, None);
         // gpt-oss's layout: 8 query heads per KV head of 64 values, sinks, halves, a window of
         // 128 over a cache of 129; both cache types.
         let oss = attn_shape(16, 2, 64, 129, 128);
         for f16 in [true, false] {
             let halves = case_rope(64, true, 1.0);
-            attention_steps(&ctx, oss, f16, sinks(16), 140, 125, 1, halves, true);
+            attention_steps(&ctx, oss, f16, sinks(16), 140, 125, 1, halves, true, None);
         }
     }
     // Positions past 2,000 (angles reduced before sin and cos) over 64 splits of 33 keys.
@@ -705,5 +798,6 @@ fn decode_attention_with_rope_and_cache_write_folded_in() {
         1,
         case_rope(64, true, 1.0),
         true,
+        None,
     );
 }

@@ -546,6 +546,7 @@ impl GpuBackend {
             self.sinks(p)?,
             &self.step,
             p.n as u32,
+            super::key::attention_keys(p),
         )?);
         Ok(d)
     }

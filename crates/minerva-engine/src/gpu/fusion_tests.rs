@@ -630,8 +630,13 @@ fn every_rule_fires_on_some_step() {
     }
 }
 
+/// One query: every position shares a class. A prompt: positions whose keys fit the same power
+/// of two (the matrix-core attention's scores are sized by it).
 #[test]
 fn the_shape_class_leaves_positions_out() {
     assert_eq!(step(1, 7, false).key(), step(1, 8, false).key());
+    assert_eq!(step(1, 7, false).key(), step(1, 5000, false).key());
     assert_ne!(step(1, 7, false).key(), step(2, 7, false).key());
+    assert_eq!(step(40, 30, false).key(), step(40, 88, false).key());
+    assert_ne!(step(40, 88, false).key(), step(40, 89, false).key());
 }

@@ -8,6 +8,18 @@ use minerva_formats::{Activation, RopeStyle};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hash;
 
+/// The most keys a query of a step in the attention's shape class sees: for a prompt, its last
+/// position + 1 rounded up to a power of two (the matrix-core attention sizes its scores by it,
+/// so that a short prompt in a long context keeps them small); none for one query, whose steps
+/// share one class at every position.
+pub fn attention_keys(p: &AttnParams) -> u32 {
+    if p.n > 1 {
+        ((p.pos + p.n) as u32).next_power_of_two()
+    } else {
+        0
+    }
+}
+
 /// A value that can be fed into a key.
 pub trait KeyPart {
     fn feed(&self, h: &mut DefaultHasher);
@@ -127,10 +139,12 @@ impl KeyPart for RopeParams {
     }
 }
 
-/// Everything of an attention call but its position, which the step uniform carries.
+/// Everything of an attention call but its position, which the step uniform carries; for a
+/// prompt, the power of two its keys fit in (`attention_keys`).
 impl KeyPart for AttnParams {
     fn feed(&self, h: &mut DefaultHasher) {
         (
+            attention_keys(self),
             self.n,
             self.n_heads,
             self.n_kv_heads,

@@ -24,6 +24,6 @@ pub use context::{Capabilities, GpuContext, GpuOptions};
 pub use error::{GpuError, GpuResult};
 pub use ops::{
     moe_max_tiles, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, KvCache, MatSel,
-    MatmulTile, Multi, NormFold, Ops, Region, Step,
+    MatmulTile, Multi, NormFold, Ops, Region, Step, SCORES_BYTES,
 };
 pub use weights::GpuWeight;

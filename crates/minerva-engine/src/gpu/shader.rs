@@ -42,6 +42,18 @@ const SOURCES: &[(&str, &str)] = &[
     ("rope.wgsl", include_str!("kernels/rope.wgsl")),
     ("elementwise.wgsl", include_str!("kernels/elementwise.wgsl")),
     ("attention.wgsl", include_str!("kernels/attention.wgsl")),
+    (
+        "attention_coop.wgsl",
+        include_str!("kernels/attention_coop.wgsl"),
+    ),
+    (
+        "attention_coop_params.wgsl",
+        include_str!("kernels/attention_coop_params.wgsl"),
+    ),
+    (
+        "attention_softmax.wgsl",
+        include_str!("kernels/attention_softmax.wgsl"),
+    ),
     ("moe.wgsl", include_str!("kernels/moe.wgsl")),
     ("select.wgsl", include_str!("kernels/select.wgsl")),
     ("sample.wgsl", include_str!("kernels/sample.wgsl")),
@@ -406,6 +418,32 @@ mod tests {
             d.insert("MOE_COOP_TILES".into(), "4096u".into());
             assert_eq!(matrix_accesses(&spirv("matmul_coop.wgsl", &d)), plain);
         }
+    }
+
+    /// The matrix-core prefill attention compiles as wgpu compiles it on Vulkan (CI's lavapipe
+    /// has no matrix cores). Scores: keys row-major, queries column-major, four stores; values:
+    /// values and weights column-major, eight stores.
+    #[test]
+    fn matrix_core_attention_compiles_with_its_layouts() {
+        let column = ("load", false);
+        let row = ("load", true);
+        let store = ("store", false);
+        let plain = Defines::new();
+        let scores = matrix_accesses(&spirv_entry("attention_coop.wgsl", &plain, "scores"));
+        assert_eq!(
+            scores,
+            [row, row, column, column, store, store, store, store]
+        );
+        let values = matrix_accesses(&spirv_entry("attention_coop.wgsl", &plain, "values"));
+        let mut want = vec![column; 6];
+        want.extend([store; 8]);
+        assert_eq!(values, want);
+        for d in [plain.clone(), defines(&[("SINKS", String::new())])] {
+            assert!(matrix_accesses(&spirv("attention_softmax.wgsl", &d)).is_empty());
+        }
+        assert!(
+            matrix_accesses(&spirv_entry("attention_softmax.wgsl", &plain, "gather")).is_empty()
+        );
     }
 
     #[test]

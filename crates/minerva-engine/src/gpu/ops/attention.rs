@@ -131,7 +131,10 @@ impl KvCache {
         head_dim: u32,
         f16: bool,
     ) -> KvCache {
-        let bytes = positions as u64 * kv_heads as u64 * head_dim as u64 * if f16 { 2 } else { 4 };
+        // The slack past the last position is what the matrix-core prefill attention's last
+        // blocks of keys may read (`CACHE_SLACK`).
+        let slots = positions as u64 + super::CACHE_SLACK as u64;
+        let bytes = slots * kv_heads as u64 * head_dim as u64 * if f16 { 2 } else { 4 };
         KvCache {
             k: ctx.storage("k cache", bytes),
             v: ctx.storage("v cache", bytes),
@@ -280,7 +283,9 @@ impl Ops {
 
     /// Attention of `tokens` queries (q at q_offset of `q`, [tokens, heads, head_dim]) over the
     /// cache, into `out` at out_offset; `scratch` holds `shape.scratch_len(tokens)` values and
-    /// `counters` one zero u32 per KV head (left zero). One dispatch where
+    /// `counters` one zero u32 per KV head (left zero). `keys` bounds the keys a query of any
+    /// step that replays the dispatches sees (the step's last position + 1, at most): the
+    /// matrix-core attention sizes its scores by it. One dispatch where
     /// `shape.one_pass(tokens)` (decode) or `shape.tiled(tokens)` (attend_tiled), else two
     /// (attend, combine).
     #[allow(clippy::too_many_arguments)]
@@ -297,6 +302,7 @@ impl Ops {
         sinks: Option<Region>,
         step: &wgpu::Buffer,
         tokens: u32,
+        keys: u32,
     ) -> GpuResult<Vec<Dispatch>> {
         let offsets = AttnOffsets {
             q: q_offset,
@@ -330,6 +336,11 @@ impl Ops {
             }
             let groups = [shape.splits(tokens), shape.kv_heads, 1];
             return Ok(vec![self.dispatch(decode, &entries, groups)]);
+        }
+        if self.attention_on_matrix_cores(shape, cache, tokens, keys) {
+            return self.attention_coop(
+                shape, cache, q, q_offset, out, out_offset, sinks, step, tokens, keys,
+            );
         }
         if shape.tiled(tokens) {
             let tiled = self.pipeline("attention.wgsl", &with_sinks, "attend_tiled")?;

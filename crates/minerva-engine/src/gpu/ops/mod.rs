@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 mod attention;
+mod attention_coop;
 mod elementwise;
 mod matmul;
 mod moe;
@@ -25,6 +26,7 @@ mod products;
 mod select;
 
 pub use attention::{AttnShape, KvCache, Rotary, ATTN_CHUNK};
+pub use attention_coop::{CACHE_SLACK, SCORES_BYTES};
 pub use elementwise::Eltwise;
 pub use matmul::{coop_defines, MatmulTile, COOP_BLOCK, COOP_WEIGHT_BYTES, MATMUL_TOKENS};
 pub use moe::{moe_max_tiles, ExpertSel, ExpertTiles};
@@ -329,6 +331,9 @@ pub struct Ops {
     /// Most bytes of experts' f16 matrices one matrix-core expert step decodes (`moe_coop.rs`;
     /// `EXPERT_CHUNK_BYTES`).
     expert_chunk_bytes: u64,
+    /// Most bytes of scores and weights one group of heads of the matrix-core prefill
+    /// attention holds (`attention_coop.rs`; `SCORES_BYTES`).
+    scores_bytes: u64,
     /// The products' scratch buffers by name (the matrix-core product's f16 weights, f16
     /// inputs and bias block; the int8 products' quantized x), shared by every product and
     /// replaced by larger ones as needed: each product's dispatches keep the buffers they were
@@ -408,6 +413,7 @@ impl Ops {
             int8_products: ctx.int8_products,
             int8_min_outputs: INT8_MIN_OUTPUTS,
             expert_chunk_bytes: EXPERT_CHUNK_BYTES,
+            scores_bytes: SCORES_BYTES,
             scratch: Mutex::new(HashMap::new()),
             warming: Mutex::new(Vec::new()),
             stop_warming: Arc::default(),
@@ -449,6 +455,12 @@ impl Ops {
     /// make it a few experts').
     pub fn set_expert_chunk_bytes(&mut self, bytes: u64) {
         self.expert_chunk_bytes = bytes;
+    }
+
+    /// Sets the most bytes of scores and weights one group of heads of the matrix-core prefill
+    /// attention holds (tests make it a few heads').
+    pub fn set_scores_bytes(&mut self, bytes: u64) {
+        self.scores_bytes = bytes;
     }
 
     /// Whether a decode product of `outputs` results over `weights` takes int8 x (DOT_I8, x
@@ -538,6 +550,18 @@ impl Ops {
             for rows in [COOP_BLOCK, 2 * COOP_BLOCK] {
                 jobs.push(single("matmul_coop.wgsl", coop_defines(rows, false).0));
             }
+            for entry in ["scores", "values"] {
+                jobs.push(("attention_coop.wgsl", Defines::new(), Vec::new(), entry));
+            }
+            for d in [Defines::new(), defines(&[("SINKS", String::new())])] {
+                jobs.push(single("attention_softmax.wgsl", d));
+            }
+            jobs.push((
+                "attention_softmax.wgsl",
+                Defines::new(),
+                Vec::new(),
+                "gather",
+            ));
         }
         if decoders.is_empty() {
             for mode in ["PLAIN", "INPLACE", "RESIDUAL"] {
