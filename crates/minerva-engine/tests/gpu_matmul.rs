@@ -93,6 +93,49 @@ fn matrix_core_matmul_matches_the_cpu() {
     );
 }
 
+/// A product whose f16 copy is larger than the matrix-core product decodes at once (made a few
+/// rows' here; a vocabulary projection over a prompt in use): its outputs in chunks of 64 rows
+/// and a last one of 32, with a bias, 45 tokens (a tail for the f32 tiles), each chunk's outputs
+/// where they belong. The chosen kernel where the adapter has no matrix cores, after a loud
+/// SKIPPED line.
+#[test]
+fn matrix_core_matmul_in_chunks_of_outputs() {
+    let Some(ctx) = shared() else { return };
+    let kernel = if ctx.caps.matrix_cores {
+        Kernel::Coop
+    } else {
+        eprintln!(
+            "SKIPPED: {} has no matrix cores; checking the f32 kernels",
+            ctx.describe()
+        );
+        Kernel::Chosen
+    };
+    let mut ops = Ops::new(ctx.clone());
+    let (rows, cols) = (352, 192);
+    // 192 halves per decoded row: 64 rows per chunk.
+    ops.set_coop_weight_bytes(64 * 192 * 2 + 100);
+    let mut rng = Rng::new(21);
+    for dtype in [DType::Q4_0, DType::F16] {
+        let s = make(dtype, rows, cols, &mut rng);
+        let w_ref = s.reference().expect("a reference");
+        let w = GpuWeight::upload(&ctx, &s.view(vec![rows, cols]), 1).unwrap();
+        let bias = rng.vec(rows);
+        let run = run_matmul(
+            &ops,
+            &w,
+            &w_ref,
+            45,
+            kernel,
+            Y_ALIGNED,
+            Some(&bias),
+            &mut rng,
+        );
+        if let Some(off) = run.mismatch() {
+            panic!("{dtype:?}: {off}");
+        }
+    }
+}
+
 /// Halves read back from a buffer of f16 pairs, as f32.
 fn read_halves(ctx: &GpuContext, buf: &wgpu::Buffer, n: usize) -> Vec<f32> {
     let bytes = ctx.read_bytes(buf, 0, (n * 2) as u64).unwrap();

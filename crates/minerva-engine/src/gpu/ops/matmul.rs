@@ -101,19 +101,21 @@ pub fn coop_defines(rows: u32, bias: bool) -> (Defines, u32) {
     (d, per_group)
 }
 
-/// Largest f16 copy of a weight the matrix-core product makes (bytes): larger products (gpt-oss's
-/// 201,088-row output product) keep the f32 tiles.
+/// Largest f16 copy of a weight the matrix-core product makes at once (bytes): larger products
+/// (a vocabulary projection over every token of a prompt) decode and multiply their outputs in
+/// chunks of this size.
 pub const COOP_WEIGHT_BYTES: u64 = 64 << 20;
 
 /// A dense prefill product on matrix cores: the weight's `rows` outputs (a multiple of
 /// `COOP_BLOCK`) decoded to f16 rows of `k` halves (the input length rounded up to whole
-/// 32-value units), and its first `tokens` tokens (a multiple of `COOP_BLOCK`; the f32 tiles
-/// take the rest).
+/// 32-value units), `chunk` outputs at a time (all of them, or a multiple of 2 · `COOP_BLOCK`),
+/// and its first `tokens` tokens (a multiple of `COOP_BLOCK`; the f32 tiles take the rest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct CoopShape {
     rows: u32,
     k: u32,
     tokens: u32,
+    chunk: u32,
 }
 
 #[repr(C)]
@@ -227,32 +229,46 @@ impl Ops {
 
     /// The matrix-core shape of a dense product, or None where it keeps the f32 tiles: matrix
     /// cores off; fewer than `COOP_BLOCK` tokens; outputs not a multiple of `COOP_BLOCK`; an f16
-    /// copy of the weight over `COOP_WEIGHT_BYTES` or a binding; y's offset or stride not a
-    /// multiple of 4 values (matrix stores are 16-byte aligned).
+    /// copy of the weight over `Ops::coop_weight_bytes` (or a binding) for an input-major weight,
+    /// whose outputs are not cut into chunks; y's offset or stride not a multiple of 4 values
+    /// (matrix stores are 16-byte aligned).
     fn coop_shape(&self, sel: &MatSel, y: &Region, tokens: u32) -> Option<CoopShape> {
         let caps = self.ctx.caps;
         let rows = sel.out_dim as u32;
         let k = (sel.in_dim as u32).div_ceil(32) * 32;
         let tokens = tokens / COOP_BLOCK * COOP_BLOCK;
-        let weight_bytes = rows as u64 * k as u64 * 2;
+        let most = self.coop_weight_bytes.min(caps.max_binding);
+        let chunk = if rows as u64 * k as u64 * 2 <= most {
+            rows
+        } else if sel.input_major || k == 0 {
+            0
+        } else {
+            let per = 2 * COOP_BLOCK;
+            ((most / (k as u64 * 2)).min(u32::MAX as u64) as u32) / per * per
+        };
         let fits = caps.matrix_cores
             && tokens > 0
             && rows > 0
+            && chunk > 0
             && rows.is_multiple_of(COOP_BLOCK)
-            // Grids: decoded rows on y, and blocks of tokens on x.
-            && rows <= 65535
+            // Grids: a chunk's decoded rows on y, and blocks of tokens on x.
+            && chunk <= 65535
             && tokens / COOP_BLOCK <= 65535
-            && weight_bytes <= COOP_WEIGHT_BYTES.min(caps.max_binding)
             && tokens as u64 * k as u64 * 2 <= caps.max_binding
-            && (rows as u64 * 16 * 4) <= caps.max_binding
+            && (chunk as u64 * 16 * 4) <= caps.max_binding
             && y.offset.is_multiple_of(4)
             && y.stride.is_multiple_of(4);
-        fits.then_some(CoopShape { rows, k, tokens })
+        fits.then_some(CoopShape {
+            rows,
+            k,
+            tokens,
+            chunk,
+        })
     }
 
-    /// The product on matrix cores: the weight decoded to f16 (with the bias block), x converted
-    /// to f16, the matrix-core kernel over `shape.tokens` tokens, and the f32 tiles over the
-    /// tokens left.
+    /// The product on matrix cores: x converted to f16, then per chunk of outputs the weight
+    /// decoded to f16 (with the bias block) and the matrix-core kernel over `shape.tokens`
+    /// tokens; the f32 tiles over the tokens left.
     #[allow(clippy::too_many_arguments)]
     fn coop(
         &self,
@@ -264,31 +280,48 @@ impl Ops {
         bias: Option<Bias>,
         shape: CoopShape,
     ) -> GpuResult<Vec<Dispatch>> {
-        let CoopShape { rows, k, tokens: t } = shape;
-        let w16 = self.scratch_buffer("coop weights", rows as u64 * k as u64 * 2);
-        let x16 = self.scratch_buffer("coop inputs", t as u64 * k as u64 * 2);
-        let block = bias.map(|_| self.scratch_buffer("coop bias", rows as u64 * 16 * 4));
-        let bias_out = bias.zip(block.as_ref());
-        let mut out = self.coop_weights(w, sel, &w16, k, bias_out)?;
-        out.push(self.coop_inputs(x, &x16, sel.in_dim as u32, k, t)?);
-        let (d, per_group) = coop_defines(rows, bias.is_some());
-        let pipe = self.pipeline("matmul_coop.wgsl", &d, "main")?;
-        let params = CoopParams {
+        let CoopShape {
             rows,
             k,
-            y_offset: y.offset,
-            y_stride: y.stride,
-            first_expert: 0,
-            experts: 0,
-            _pad: [0; 2],
-        };
-        let ub = self.ctx.uniform("coop params", &params);
-        let mut entries = vec![(0, &w16), (1, &x16), (2, y.buf), (3, &ub)];
-        if let Some(b) = &block {
-            entries.push((4, b));
+            tokens: t,
+            chunk,
+        } = shape;
+        let w16 = self.scratch_buffer("coop weights", chunk as u64 * k as u64 * 2);
+        let x16 = self.scratch_buffer("coop inputs", t as u64 * k as u64 * 2);
+        let block = bias.map(|_| self.scratch_buffer("coop bias", chunk as u64 * 16 * 4));
+        let mut out = vec![self.coop_inputs(x, &x16, sel.in_dim as u32, k, t)?];
+        // Each chunk's dispatches reuse the scratch: wgpu orders a write after the reads before it.
+        for first in (0..rows).step_by(chunk as usize) {
+            let n = chunk.min(rows - first);
+            let part = MatSel {
+                offset: sel.offset + first as usize * sel.stride,
+                out_dim: n as usize,
+                ..*sel
+            };
+            let part_bias = bias.map(|b| Bias {
+                offset: b.offset + first,
+                ..b
+            });
+            out.extend(self.coop_weights(w, &part, &w16, k, part_bias.zip(block.as_ref()))?);
+            let (d, per_group) = coop_defines(n, bias.is_some());
+            let pipe = self.pipeline("matmul_coop.wgsl", &d, "main")?;
+            let params = CoopParams {
+                rows: n,
+                k,
+                y_offset: y.offset + first,
+                y_stride: y.stride,
+                first_expert: 0,
+                experts: 0,
+                _pad: [0; 2],
+            };
+            let ub = self.ctx.uniform("coop params", &params);
+            let mut entries = vec![(0, &w16), (1, &x16), (2, y.buf), (3, &ub)];
+            if let Some(b) = &block {
+                entries.push((4, b));
+            }
+            let grid = [t / COOP_BLOCK, n / per_group, 1];
+            out.push(self.dispatch(pipe, &entries, grid));
         }
-        let grid = [t / COOP_BLOCK, rows / per_group, 1];
-        out.push(self.dispatch(pipe, &entries, grid));
         if tokens > t {
             let rest = tokens - t;
             let x_rest = Region::new(x.buf, x.offset + t * x.stride, x.stride);

@@ -331,6 +331,9 @@ pub struct Ops {
     /// Most bytes of experts' f16 matrices one matrix-core expert step decodes (`moe_coop.rs`;
     /// `EXPERT_CHUNK_BYTES`).
     expert_chunk_bytes: u64,
+    /// Most bytes of a weight's f16 copy one matrix-core product decodes at once (`matmul.rs`;
+    /// `COOP_WEIGHT_BYTES`).
+    coop_weight_bytes: u64,
     /// Most bytes of scores and weights one group of heads of the matrix-core prefill
     /// attention holds (`attention_coop.rs`; `SCORES_BYTES`).
     scores_bytes: u64,
@@ -414,6 +417,7 @@ impl Ops {
             int8_min_outputs: INT8_MIN_OUTPUTS,
             expert_chunk_bytes: EXPERT_CHUNK_BYTES,
             scores_bytes: SCORES_BYTES,
+            coop_weight_bytes: COOP_WEIGHT_BYTES,
             scratch: Mutex::new(HashMap::new()),
             warming: Mutex::new(Vec::new()),
             stop_warming: Arc::default(),
@@ -455,6 +459,12 @@ impl Ops {
     /// make it a few experts').
     pub fn set_expert_chunk_bytes(&mut self, bytes: u64) {
         self.expert_chunk_bytes = bytes;
+    }
+
+    /// Sets the most bytes of a weight's f16 copy one matrix-core product decodes at once (tests
+    /// make it a few rows').
+    pub fn set_coop_weight_bytes(&mut self, bytes: u64) {
+        self.coop_weight_bytes = bytes;
     }
 
     /// Sets the most bytes of scores and weights one group of heads of the matrix-core prefill
