@@ -34,7 +34,8 @@ pub struct Capabilities {
     pub max_workgroup_storage: u32,
     /// Storage buffers one kernel may bind.
     pub max_storage_buffers: u32,
-    /// Dense prefill products run on matrix cores (`matmul_coop.wgsl`): the adapter offers
+    /// Dense prefill products and the prompt's attention run on matrix cores
+    /// (`matmul_coop.wgsl`, `attention_coop.wgsl`): the adapter offers
     /// 16×16×16 subgroup matrices with f16 inputs and f32 results, f16, and subgroups of exactly
     /// `COOP_SUBGROUP` lanes; the options leave them on.
     pub matrix_cores: bool,
