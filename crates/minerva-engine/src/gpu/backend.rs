@@ -210,6 +210,7 @@ impl GpuBackend {
             return Ok(None);
         }
         let key = self.graph.key();
+        let started = std::time::Instant::now();
         let plan = match self.plans.get(&key) {
             Some(p) => p.clone(),
             None => {
@@ -234,6 +235,12 @@ impl GpuBackend {
                     dispatches: per.into_iter().flatten().map(Arc::new).collect(),
                 });
                 self.encoded.insert(key, e.clone());
+                // A new shape class (a prompt of a new length) pays this before its first step.
+                if super::profile::timing_asked() {
+                    let ms = started.elapsed().as_secs_f64() * 1e3;
+                    let n = e.dispatches.len();
+                    eprintln!("step: {n} dispatches planned and encoded in {ms:.1} ms");
+                }
                 e
             }
         };

@@ -28,6 +28,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("product.wgsl", include_str!("kernels/product.wgsl")),
     ("matmul.wgsl", include_str!("kernels/matmul.wgsl")),
     ("matmul_coop.wgsl", include_str!("kernels/matmul_coop.wgsl")),
+    ("coop_splits.wgsl", include_str!("kernels/coop_splits.wgsl")),
     (
         "coop_weights.wgsl",
         include_str!("kernels/coop_weights.wgsl"),
@@ -377,6 +378,9 @@ mod tests {
             }
         }
         spirv("coop_inputs.wgsl", &Defines::new());
+        for d in [Defines::new(), defines(&[("BIAS", String::new())])] {
+            spirv("coop_splits.wgsl", &d);
+        }
         for bias in [false, true] {
             let mut d = Defines::new();
             if bias {

@@ -16,6 +16,9 @@
 // B, 16 k × 16 tokens: column-major, (k, j) at x16[(tok0 + j) · p.k + k0 + k];
 // C, 16 rows × 16 tokens: column-major, (i, j) at y[p.y_offset + (tok0 + j) · y_stride + row0 + i]
 // (and, with BIAS, at bias_block[j · p.rows + row0 + i], where every j holds the bias).
+// A product split along k (workgroup z takes halves z · k_split.. of each row) writes partial
+// sums, z's from z · split_stride of y, which coop_splits.wgsl adds (and biases); its split has
+// no BIAS.
 // With EXPERTS (mixture-of-experts prefill, moe_coop.wgsl) block x is tile x of moe.wgsl's
 // `group`: its 32 token slots hold that tile's items, gathered; w16 holds the decoded matrices of
 // experts first_expert .. first_expert + experts, one after the other; a tile of another expert,
@@ -30,8 +33,8 @@ struct Params {
     y_stride: u32,  // a multiple of 4
     first_expert: u32,
     experts: u32,
-    _pad0: u32,
-    _pad1: u32,
+    k_split: u32,       // halves of k per workgroup z (all of k unless the product is split)
+    split_stride: u32,  // values of y between workgroup z's partial sums (a multiple of 4)
 }
 
 @group(0) @binding(0) var<storage, read> w16: array<f16>;
@@ -49,6 +52,7 @@ struct Params {
 // One workgroup's 32 tokens × ROWS rows, its weight matrix at w_base of w16.
 fn block(wid: vec3<u32>, w_base: u32) {
     let tok0 = wid.x * 32u;
+    let k_first = wid.z * p.k_split;
     let row0 = wid.y * ROWS;
     // c<row block><token block>, started from the bias.
 #ifdef BIAS
@@ -81,7 +85,8 @@ fn block(wid: vec3<u32>, w_base: u32) {
     let a2 = a1 + 16u * p.k;
     let a3 = a2 + 16u * p.k;
 #endif
-    for (var k = 0u; k < p.k; k += 16u) {
+    let k_end = min(k_first + p.k_split, p.k);
+    for (var k = k_first; k < k_end; k += 16u) {
         let w0 = coopLoadT<coop_mat16x16<f16, A>>(&w16[a0 + k], p.k);
         let w1 = coopLoadT<coop_mat16x16<f16, A>>(&w16[a1 + k], p.k);
         let x0 = coopLoad<coop_mat16x16<f16, B>>(&x16[b0 + k], p.k);
@@ -102,7 +107,7 @@ fn block(wid: vec3<u32>, w_base: u32) {
     // Every index and the stride named: naga 30 does not emit expressions written inside a
     // coopStore's arguments before the store (its SPIR-V writer then panics).
     let ys = p.y_stride;
-    let y00 = p.y_offset + tok0 * ys + row0;
+    let y00 = p.y_offset + wid.z * p.split_stride + tok0 * ys + row0;
     let y01 = y00 + 16u * ys;
     let y10 = y00 + 16u;
     let y11 = y01 + 16u;

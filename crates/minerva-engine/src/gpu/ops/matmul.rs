@@ -173,7 +173,10 @@ pub(super) struct CoopParams {
     /// With EXPERTS: the experts whose decoded matrices the weights hold.
     pub first_expert: u32,
     pub experts: u32,
-    pub _pad: [u32; 2],
+    /// Halves of k each workgroup z takes (all of k unless split), and the values of y
+    /// between z's partial sums.
+    pub k_split: u32,
+    pub split_stride: u32,
 }
 
 impl Ops {
@@ -267,8 +270,11 @@ impl Ops {
     }
 
     /// The product on matrix cores: x converted to f16, then per chunk of outputs the weight
-    /// decoded to f16 (with the bias block) and the matrix-core kernel over `shape.tokens`
-    /// tokens; the f32 tiles over the tokens left.
+    /// decoded to f16 (with the bias block) and the matrix-core kernel. Where a product has
+    /// few blocks of tokens for the GPU, or a last block that is not whole, it runs split along
+    /// its inputs over every block of tokens into partial sums that a second kernel adds
+    /// (`coop_split.rs`); otherwise over the whole blocks into y, the f32 tiles taking the
+    /// tokens left.
     #[allow(clippy::too_many_arguments)]
     fn coop(
         &self,
@@ -283,13 +289,22 @@ impl Ops {
         let CoopShape {
             rows,
             k,
-            tokens: t,
+            tokens: whole,
             chunk,
         } = shape;
+        let split = self.coop_split(tokens, chunk, k);
+        let t = if split.is_some() {
+            tokens.div_ceil(COOP_BLOCK) * COOP_BLOCK
+        } else {
+            whole
+        };
         let w16 = self.scratch_buffer("coop weights", chunk as u64 * k as u64 * 2);
         let x16 = self.scratch_buffer("coop inputs", t as u64 * k as u64 * 2);
-        let block = bias.map(|_| self.scratch_buffer("coop bias", chunk as u64 * 16 * 4));
-        let mut out = vec![self.coop_inputs(x, &x16, sel.in_dim as u32, k, t)?];
+        let block = match (bias, split) {
+            (Some(_), None) => Some(self.scratch_buffer("coop bias", chunk as u64 * 16 * 4)),
+            _ => None,
+        };
+        let mut out = vec![self.coop_inputs(x, &x16, sel.in_dim as u32, k, tokens.min(t))?];
         // Each chunk's dispatches reuse the scratch: wgpu orders a write after the reads before it.
         for first in (0..rows).step_by(chunk as usize) {
             let n = chunk.min(rows - first);
@@ -303,6 +318,12 @@ impl Ops {
                 ..b
             });
             out.extend(self.coop_weights(w, &part, &w16, k, part_bias.zip(block.as_ref()))?);
+            if split.is_some() {
+                let y_part = Region::new(y.buf, y.offset + first, y.stride);
+                let at = super::coop_split::SplitAt { rows: n, k, tokens };
+                out.extend(self.coop_split_product(&w16, &x16, y_part, part_bias, at)?);
+                continue;
+            }
             let (d, per_group) = coop_defines(n, bias.is_some());
             let pipe = self.pipeline("matmul_coop.wgsl", &d, "main")?;
             let params = CoopParams {
@@ -312,7 +333,8 @@ impl Ops {
                 y_stride: y.stride,
                 first_expert: 0,
                 experts: 0,
-                _pad: [0; 2],
+                k_split: k,
+                split_stride: 0,
             };
             let ub = self.ctx.uniform("coop params", &params);
             let mut entries = vec![(0, &w16), (1, &x16), (2, y.buf), (3, &ub)];
@@ -322,7 +344,7 @@ impl Ops {
             let grid = [t / COOP_BLOCK, n / per_group, 1];
             out.push(self.dispatch(pipe, &entries, grid));
         }
-        if tokens > t {
+        if split.is_none() && tokens > t {
             let rest = tokens - t;
             let x_rest = Region::new(x.buf, x.offset + t * x.stride, x.stride);
             let y_rest = Region::new(y.buf, y.offset + t * y.stride, y.stride);

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 mod attention;
 mod attention_coop;
+mod coop_split;
 mod elementwise;
 mod matmul;
 mod moe;
@@ -572,6 +573,9 @@ impl Ops {
                 Vec::new(),
                 "gather",
             ));
+            for d in [Defines::new(), defines(&[("BIAS", String::new())])] {
+                jobs.push(single("coop_splits.wgsl", d));
+            }
         }
         if decoders.is_empty() {
             for mode in ["PLAIN", "INPLACE", "RESIDUAL"] {

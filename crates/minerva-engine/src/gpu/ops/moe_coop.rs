@@ -144,7 +144,8 @@ impl Ops {
                     y_stride: rows,
                     first_expert: e0 as u32,
                     experts: n as u32,
-                    _pad: [0; 2],
+                    k_split: k,
+                    split_stride: 0,
                 };
                 let cub = self.ctx.uniform("coop expert params", &cp);
                 out.push(self.dispatch(
