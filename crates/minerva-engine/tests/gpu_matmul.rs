@@ -37,9 +37,9 @@ fn matmul_adds_the_bias_with_every_tile() {
 }
 
 /// The prefill product on matrix cores for every dtype: 96 rows (three 32-row blocks) and 128
-/// (two 64-row blocks), 32
-/// tokens (one block), 45 and 100 (whole blocks and a tail of 13 or 4 tokens for the f32 tiles),
-/// rows of one unit or part of one, of two and of 2048 values, with and without a bias. Every
+/// (two 64-row blocks), 32 tokens (one block), 45 and 100 (a last block of 13 or 4 tokens, run
+/// split along the inputs: `coop_split.rs`), rows of one unit or part of one, of two and of
+/// 2048 values (split eight ways where the product is few blocks), with and without a bias. Every
 /// case runs; the failure lists each case that is off and how. Then the kernel `Ops::matmul`
 /// chooses, into y at an unaligned offset (the f32 tiles on every adapter). Where the adapter has
 /// no matrix cores (lavapipe), the chosen kernel runs in place of the matrix-core one, after a
@@ -47,16 +47,7 @@ fn matmul_adds_the_bias_with_every_tile() {
 #[test]
 fn matrix_core_matmul_matches_the_cpu() {
     let Some(ctx) = shared() else { return };
-    let kernel = if ctx.caps.matrix_cores {
-        Kernel::Coop
-    } else {
-        eprintln!(
-            "SKIPPED: {} has no matrix cores (or MINERVA_GPU_MATRIX_CORES=0); checking the \
-             f32 kernels instead",
-            ctx.describe()
-        );
-        Kernel::Chosen
-    };
+    let kernel = matrix_cores_or_chosen(&ctx);
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(9);
     let (mut cases, mut off) = (0, Vec::new());
@@ -95,21 +86,13 @@ fn matrix_core_matmul_matches_the_cpu() {
 
 /// A product whose f16 copy is larger than the matrix-core product decodes at once (made a few
 /// rows' here; a vocabulary projection over a prompt in use): its outputs in chunks of 64 rows
-/// and a last one of 32, with a bias, 45 tokens (a tail for the f32 tiles), each chunk's outputs
-/// where they belong. The chosen kernel where the adapter has no matrix cores, after a loud
-/// SKIPPED line.
+/// and a last one of 32, with a bias, 45 tokens (a last block that is not whole), each chunk's
+/// outputs where they belong. The chosen kernel where the adapter has no matrix cores, after a
+/// loud SKIPPED line.
 #[test]
 fn matrix_core_matmul_in_chunks_of_outputs() {
     let Some(ctx) = shared() else { return };
-    let kernel = if ctx.caps.matrix_cores {
-        Kernel::Coop
-    } else {
-        eprintln!(
-            "SKIPPED: {} has no matrix cores; checking the f32 kernels",
-            ctx.describe()
-        );
-        Kernel::Chosen
-    };
+    let kernel = matrix_cores_or_chosen(&ctx);
     let mut ops = Ops::new(ctx.clone());
     let (rows, cols) = (352, 192);
     // 192 halves per decoded row: 64 rows per chunk.
@@ -134,6 +117,20 @@ fn matrix_core_matmul_in_chunks_of_outputs() {
             panic!("{dtype:?}: {off}");
         }
     }
+}
+
+/// The matrix-core kernel, or where the adapter has none (lavapipe) the kernel `Ops::matmul`
+/// chooses, after a loud SKIPPED line.
+fn matrix_cores_or_chosen(ctx: &GpuContext) -> Kernel {
+    if ctx.caps.matrix_cores {
+        return Kernel::Coop;
+    }
+    eprintln!(
+        "SKIPPED: {} has no matrix cores (or MINERVA_GPU_MATRIX_CORES=0); checking the f32 \
+         kernels instead",
+        ctx.describe()
+    );
+    Kernel::Chosen
 }
 
 /// Halves read back from a buffer of f16 pairs, as f32.

@@ -42,6 +42,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("norm.wgsl", include_str!("kernels/norm.wgsl")),
     ("rope.wgsl", include_str!("kernels/rope.wgsl")),
     ("elementwise.wgsl", include_str!("kernels/elementwise.wgsl")),
+    ("step.wgsl", include_str!("kernels/step.wgsl")),
     ("attention.wgsl", include_str!("kernels/attention.wgsl")),
     (
         "attention_coop.wgsl",

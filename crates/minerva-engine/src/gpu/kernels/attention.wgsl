@@ -46,12 +46,7 @@ struct Params {
     xq_scales: u32,   // decode with DEC_XQ: where the records' scales start in xq (vec4s)
 }
 
-struct Step {
-    pos0: u32,
-    tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+#include "step.wgsl"
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> step: Step;

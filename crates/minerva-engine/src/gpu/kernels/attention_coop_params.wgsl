@@ -1,4 +1,4 @@
-// The parameters of the matrix-core prefill attention's three kernels (attention_coop.wgsl,
+// The parameters of the matrix-core prefill attention's kernels (attention_coop.wgsl,
 // attention_softmax.wgsl), and the step's uniform (positions pos0.., `tokens` queries).
 struct Params {
     heads: u32,     // query heads
@@ -15,12 +15,7 @@ struct Params {
     _pad0: u32,
 }
 
-struct Step {
-    pos0: u32,
-    tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+#include "step.wgsl"
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> step: Step;

@@ -16,12 +16,7 @@ struct Params {
     heads2: u32,
 }
 
-struct Step {
-    pos0: u32,
-    tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+#include "step.wgsl"
 
 @group(0) @binding(0) var<storage, read_write> v: array<f32>;
 @group(0) @binding(1) var<storage, read> freq: array<f32>;

@@ -109,7 +109,8 @@ pub const COOP_WEIGHT_BYTES: u64 = 64 << 20;
 /// A dense prefill product on matrix cores: the weight's `rows` outputs (a multiple of
 /// `COOP_BLOCK`) decoded to f16 rows of `k` halves (the input length rounded up to whole
 /// 32-value units), `chunk` outputs at a time (all of them, or a multiple of 2 · `COOP_BLOCK`),
-/// and its first `tokens` tokens (a multiple of `COOP_BLOCK`; the f32 tiles take the rest).
+/// and its whole blocks of `tokens` tokens (a multiple of `COOP_BLOCK`; the rest run split
+/// along the inputs, or where that does not fit on the f32 tiles: `Ops::coop`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct CoopShape {
     rows: u32,
