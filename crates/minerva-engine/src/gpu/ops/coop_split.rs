@@ -13,8 +13,10 @@ use crate::gpu::shader::{defines, Defines};
 use bytemuck::{Pod, Zeroable};
 
 /// Subgroups a product should have in flight: splits are added up to it (an H200 has 132
-/// multiprocessors; at 512 tokens tinyllama's products have 1,024–1,408 and stay whole).
-const SPLIT_TARGET: u32 = 2048;
+/// multiprocessors; at 512 tokens tinyllama's gate/up product has 1,408 and stays whole, its
+/// 2,048-output products split in two). 2,048 measured the same within noise (benches/GPU.md,
+/// entry 78).
+const SPLIT_TARGET: u32 = 1024;
 /// Most splits of one product, and the fewest inputs a split takes.
 const MAX_SPLITS: u32 = 8;
 const MIN_SPLIT_K: u32 = 256;
