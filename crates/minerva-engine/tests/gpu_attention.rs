@@ -581,6 +581,15 @@ fn prefill_attention_on_matrix_cores() {
         ..tiny
     };
     assert!(!ops.attention_on_matrix_cores(&windowed, &cache, 40, 40));
+    // Shapes no attention takes are refused, not divided by.
+    let headless = AttnShape { heads: 0, ..tiny };
+    let no_kv = AttnShape {
+        kv_heads: 0,
+        ..tiny
+    };
+    assert!(!ops.attention_on_matrix_cores(&headless, &cache, 40, 40));
+    assert!(!ops.attention_on_matrix_cores(&no_kv, &cache, 40, 40));
+    assert!(!ops.attention_on_matrix_cores(&tiny, &cache, 0, 0));
     // Scores and weights for two heads, then one, at the longest step's layout (64 query rows ×
     // 160 keys × 6 bytes; the shorter first step fits more).
     let sinks = Some((0..8).map(|h| h as f32 * 0.4 - 1.5).collect::<Vec<f32>>());

@@ -55,8 +55,8 @@ impl Layout {
         let rows = tokens.div_ceil(COOP_BLOCK) * COOP_BLOCK;
         let keys = keys.clamp(tokens, shape.cache_len.max(tokens));
         let row_len = keys.div_ceil(COOP_BLOCK) * COOP_BLOCK + CACHE_SLACK;
-        let per_head = rows as u64 * row_len as u64 * 6;
-        let heads_per_group = (scores_bytes / per_head).clamp(1, shape.heads as u64) as u32;
+        let per_head = (rows as u64 * row_len as u64 * 6).max(1);
+        let heads_per_group = (scores_bytes / per_head).clamp(1, shape.heads.max(1) as u64) as u32;
         Layout {
             rows,
             row_len,
@@ -77,20 +77,24 @@ impl Ops {
         tokens: u32,
         keys: u32,
     ) -> bool {
-        let layout = Layout::new(shape, tokens, keys, self.scores_bytes);
-        let scores = layout.heads_per_group as u64 * layout.rows as u64 * layout.row_len as u64 * 4;
-        self.ctx.caps.matrix_cores
+        let kind = self.ctx.caps.matrix_cores
             && cache.f16
+            && shape.kv_heads > 0
+            && shape.heads.is_multiple_of(shape.kv_heads)
             && shape.heads > 0
             && shape.window == 0
             && tokens >= COOP_BLOCK
-            && shape.head_dim.is_multiple_of(64)
-            && shape.heads.is_multiple_of(shape.kv_heads.max(1))
-            && layout.row_len / COOP_BLOCK <= 65535
+            && shape.head_dim.is_multiple_of(64);
+        if !kind {
+            return false;
+        }
+        let layout = Layout::new(shape, tokens, keys, self.scores_bytes);
+        let scores = layout.heads_per_group as u64 * layout.rows as u64 * layout.row_len as u64 * 4;
+        let values = layout.rows as u64 * shape.heads as u64 * shape.head_dim as u64 * 4;
+        layout.row_len / COOP_BLOCK <= 65535
             && layout.rows <= 65535
             && scores <= self.ctx.caps.max_binding
-            && layout.rows as u64 * (shape.heads * shape.head_dim) as u64 * 4
-                <= self.ctx.caps.max_binding
+            && KEY_SPLITS as u64 * values <= self.ctx.caps.max_binding
     }
 
     /// The attention of `tokens` queries (q: [tokens, heads, head_dim] from element q_offset)
