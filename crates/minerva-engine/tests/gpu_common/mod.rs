@@ -6,6 +6,7 @@ use minerva_engine::gpu::{GpuContext, GpuOptions};
 use std::sync::{Arc, OnceLock};
 
 pub mod activations;
+pub mod attention;
 pub mod weights;
 
 /// Options of a context whose ops take f32 decode products for every dtype, which the kernel
