@@ -6,7 +6,8 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use minerva_engine::gpu::pipelines::Dispatch;
 use minerva_engine::gpu::{
-    Eltwise, Folds, GpuContext, GpuOptions, GpuWeight, MatSel, Multi, NormFold, Ops, Region,
+    Eltwise, ExpertSel, Folds, GpuContext, GpuOptions, GpuWeight, MatSel, Multi, NormFold, Ops,
+    Region, HALVES_SHAPE, PRODUCT_SHAPE,
 };
 use minerva_formats::{DType, TensorData, TensorView};
 use std::sync::Arc;
@@ -88,7 +89,7 @@ fn time_dispatch(c: &mut Criterion, ctx: &GpuContext, name: &str, d: &[Dispatch]
 fn products(c: &mut Criterion) {
     let Some(ctx) = context() else { return };
     eprintln!("gpu_products on {}", ctx.describe());
-    let x = ctx.storage_with("x", &vec![0.5f32; 8192]);
+    let x = ctx.storage_with("x", &vec![0.5f32; 16384]);
     let y = ctx.storage("y", 4 * 201_088);
     let mut ops = Ops::new(ctx.clone());
     // Int8 x for every Q4_0/Q8_0 product of the sweep, whatever its size, so the bench shows
@@ -127,6 +128,7 @@ fn products(c: &mut Criterion) {
         let w = upload(&ctx, dtype, rows, cols, &bytes);
         for (wg, rpw, rows_per_lane) in SHAPES {
             ops.set_product_shape(wg, rpw);
+            ops.set_halves_shape(wg, rpw);
             ops.set_rows_per_lane(rows_per_lane);
             let d = plain_product(
                 &ops,
@@ -146,10 +148,12 @@ fn products(c: &mut Criterion) {
     let (rows, cols) = (4 * 2880, 2880);
     let bytes = weight_bytes(DType::MXFP4, rows, cols);
     let w = upload(&ctx, DType::MXFP4, rows, cols, &bytes);
-    ops.set_product_shape(256, 4);
+    ops.set_product_shape(PRODUCT_SHAPE.0, PRODUCT_SHAPE.1);
+    ops.set_halves_shape(HALVES_SHAPE.0, HALVES_SHAPE.1);
     ops.set_rows_per_lane(2);
-    for packed in [false, true] {
+    for (packed, halves) in [(false, false), (true, false), (true, true)] {
         ops.set_packed_f16(packed);
+        ops.set_x_halves(halves);
         let d = plain_product(
             &ops,
             &w,
@@ -157,7 +161,7 @@ fn products(c: &mut Criterion) {
             Region::new(&y, 0, rows as u32),
         );
         let name = format!(
-            "MXFP4 {rows}x{cols} rows per lane 2 packed f16 {}",
+            "MXFP4 {rows}x{cols} rows per lane 2 packed f16 {} x halves {halves}",
             ops.packed_f16()
         );
         time_dispatch(c, &ctx, &name, &d);
@@ -219,6 +223,90 @@ fn products(c: &mut Criterion) {
             .expect("matvec");
         let name = format!("Q4_0 {}x{cols} rows per lane 2 norm {with_norm}", 2 * rows);
         time_dispatch(c, &ctx, &name, &d);
+    }
+    experts(c, &ctx, &mut ops, &x, &y);
+}
+
+/// gpt-oss-20b's expert products of one decode token (32 experts of 2880 × 2880 MXFP4, 4
+/// chosen): gate/up/activation and down, x in f16 converted per row or once per workgroup,
+/// several workgroup shapes and parts in flight. Leaves `ops` in the last variant's settings.
+fn experts(c: &mut Criterion, ctx: &GpuContext, ops: &mut Ops, x: &wgpu::Buffer, y: &wgpu::Buffer) {
+    let (experts, rows, cols) = (32usize, 2880usize, 2880usize);
+    let bytes = weight_bytes(DType::MXFP4, experts * rows, cols);
+    let upload = |bytes: &[u8]| {
+        let view = TensorView {
+            name: "experts",
+            shape: vec![experts, rows, cols],
+            dtype: DType::MXFP4,
+            data: TensorData::Plain(bytes),
+        };
+        GpuWeight::upload(ctx, &view, rows).expect("upload")
+    };
+    let (gate, up) = (upload(&bytes), upload(&bytes));
+    let ids = ctx.storage_with("ids", &[3u32, 17, 8, 30]);
+    let sel = MatSel {
+        matrix: 0,
+        offset: 0,
+        stride: 1,
+        out_dim: rows,
+        in_dim: cols,
+        input_major: false,
+    };
+    ops.set_packed_f16(true);
+    let variants = [
+        // (workgroup, lane groups, parts in flight per lane, x halves)
+        (256, 4, 1, false),
+        (256, 4, 1, true),
+        (256, 8, 1, false),
+        (256, 8, 1, true),
+        (256, 8, 2, true),
+        (256, 8, 4, true),
+        (128, 4, 1, true),
+    ];
+    for (wg, rpw, in_flight, halves) in variants {
+        ops.set_product_shape(wg, rpw);
+        ops.set_halves_shape(wg, rpw);
+        ops.set_in_flight(in_flight, in_flight);
+        ops.set_x_halves(halves);
+        let variant = format!("wg {wg} lane groups {rpw} in flight {in_flight} x halves {halves}");
+        let items = ExpertSel {
+            ids: &ids,
+            x_div: 4,
+        };
+        let act = Eltwise::GluOss {
+            alpha: 1.702,
+            limit: 7.0,
+        };
+        let (xr, yr) = (
+            Region::new(x, 0, cols as u32),
+            Region::new(y, 0, rows as u32),
+        );
+        let d = ops
+            .matvec_glu_experts([&gate, &up], [&sel, &sel], xr, yr, 4, act, None, items)
+            .expect("expert gate/up");
+        time_dispatch(
+            c,
+            ctx,
+            &format!("MXFP4 experts gate/up 4 of {experts} {variant}"),
+            &d,
+        );
+        let items = ExpertSel {
+            ids: &ids,
+            x_div: 1,
+        };
+        let (xr, yr) = (
+            Region::new(x, 0, cols as u32),
+            Region::new(y, 0, rows as u32),
+        );
+        let d = ops
+            .matvec(&gate, &sel, xr, yr, 4, None, Some(items), Folds::default())
+            .expect("expert down");
+        time_dispatch(
+            c,
+            ctx,
+            &format!("MXFP4 experts down 4 of {experts} {variant}"),
+            &d,
+        );
     }
 }
 

@@ -433,7 +433,9 @@ fn check_glu_experts(cases: &[(DType, usize)], packed: bool, tol: f32) {
         let x = rng.vec(2 * cols);
         let bg = rng.vec(experts * rows + 3);
         let bu = rng.vec(experts * rows + 3);
-        for split in [false, true] {
+        // Weights whole and split across bindings; packed f16 x converted once per workgroup
+        // and per row.
+        for (split, halves) in [(false, true), (true, true), (false, false)] {
             let mut ctx = GpuContext::new(&exact()).unwrap();
             if split {
                 // Two experts' rows of the separate weights per part: 3 parts each.
@@ -443,6 +445,7 @@ fn check_glu_experts(cases: &[(DType, usize)], packed: bool, tol: f32) {
             let ctx = Arc::new(ctx);
             let mut ops = Ops::new(ctx.clone());
             ops.set_packed_f16(packed);
+            ops.set_x_halves(halves);
             assert_eq!(ops.packed_f16(), packed && ctx.caps.f16);
             let upload = |s: &Stored, stored: usize| {
                 let w = GpuWeight::upload(&ctx, &s.view(vec![experts, stored, cols]), stored);
@@ -548,7 +551,7 @@ fn check_glu_experts(cases: &[(DType, usize)], packed: bool, tol: f32) {
                                 let tol = tol * (1.0 + g.1[0]) * (1.0 + u.1[0]);
                                 assert!(
                                     (have - want).abs() <= tol,
-                                    "{} {name} split={split} bias={biased} {act:?} packed={packed} item {z} row {j}: {have} vs {want}",
+                                    "{} {name} split={split} halves={halves} bias={biased} {act:?} packed={packed} item {z} row {j}: {have} vs {want}",
                                     dtype.name()
                                 );
                             }

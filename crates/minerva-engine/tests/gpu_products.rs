@@ -10,7 +10,7 @@ use gpu_common::weights::*;
 use gpu_common::*;
 use minerva_engine::gpu::{
     Bias, Eltwise, ExpertSel, Folds, GpuContext, GpuWeight, MatSel, MatmulTile, Multi, NormFold,
-    Ops, Region,
+    Ops, Region, SMALL_PRODUCT,
 };
 use minerva_formats::{DType, TensorData, TensorView};
 use std::sync::Arc;
@@ -101,6 +101,8 @@ fn check_weight(ops: &Ops, view: &TensorView, w_ref: &[f32], want_parts: Option<
 fn every_dtype_matches_the_cpu() {
     let Some(ctx) = shared() else { return };
     let mut ops = f32_ops(ctx);
+    // Several rows per workgroup, as real models' products run (these have few rows).
+    ops.set_small_product(0);
     let mut rng = Rng::new(1);
     // Every number of rows per lane: 45 rows leave a last group of one row or two.
     for rows_per_lane in 1..=3 {
@@ -229,8 +231,10 @@ fn check_packed_plain(name: &str, s: &Stored, x: &[f32]) {
     let w = GpuWeight::upload(&ctx, &s.view(vec![rows, cols]), 1).unwrap();
     let (want, mag) = cpu_matmul(&s.reference().unwrap(), x, rows, cols, batch);
     let xb = ctx.storage_with("x", x);
-    for rows_per_lane in 1..=3 {
+    // x converted to f16 once per workgroup, and per row.
+    for (rows_per_lane, halves) in (1..=3).flat_map(|r| [(r, true), (r, false)]) {
         ops.set_rows_per_lane(rows_per_lane);
+        ops.set_x_halves(halves);
         let yb = ctx.storage("y", (batch * rows * 4) as u64);
         let d = ops
             .matvec(
@@ -246,7 +250,8 @@ fn check_packed_plain(name: &str, s: &Stored, x: &[f32]) {
             .unwrap();
         ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
         let got = ctx.read_f32(&yb, 0, batch * rows).unwrap();
-        let what = format!("{name} packed f16 matvec, {rows_per_lane} rows per lane");
+        let what =
+            format!("{name} packed f16 matvec, {rows_per_lane} rows per lane, x halves {halves}");
         assert_dots_close(&what, &got, &want, &mag, TOL_F16_INPUTS);
     }
 }
@@ -559,9 +564,12 @@ fn fused_products_over_several_weights() {
 #[test]
 fn products_fold_the_norm_and_the_residual_add() {
     let Some(ctx) = shared() else { return };
-    let ops = Ops::new(ctx.clone());
+    let mut ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(11);
-    for cols in [96usize, 2336] {
+    // Rows sharing workgroups (as real models' products run), and a workgroup per row (as
+    // products this small run).
+    for (cols, small) in [(96usize, 0), (2336, 0), (2336, SMALL_PRODUCT)] {
+        ops.set_small_product(small);
         let stored = [
             make(DType::Q4_0, 45, cols, &mut rng),
             make(DType::F16, 13, cols, &mut rng),
@@ -612,7 +620,7 @@ fn products_fold_the_norm_and_the_residual_add() {
 
         // The same product also writing the norm's output (the MoE router's fold): 45 rows over
         // 12 workgroups (the 11 whole ones write it), and the first 3 rows, fewer than one
-        // workgroup holds (their lanes write it).
+        // workgroup holds (their lanes write it); or over 45 and 3 workgroups.
         for out_dim in [rows, 3] {
             let hb = ctx.storage("normed", (cols * 4) as u64);
             let sel = MatSel {

@@ -12,7 +12,8 @@
 // (about 15 bits, any norm applied), and takes integer dot products (unit.wgsl, common.wgsl); it
 // goes without NORM and NORM_OUT.
 // PACKED_F16 (E2M1 weights): each part's products and their sums in packed f16 (HalfPart,
-// common.wgsl, through unit.wgsl's part_dot), the part's sum and everything after it in f32.
+// common.wgsl, through unit.wgsl's part_dot), the part's sum and everything after it in f32;
+// with X_HALVES x is converted once per workgroup (product.wgsl).
 #include "common.wgsl"
 #include DECODER
 
@@ -70,16 +71,32 @@ const TPR: u32 = WG / RPW;
 fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let u = i >> 2u;
     let j = i & 3u;
+#ifdef X_HALVES
+    let xi = xh[i];
+    var s = vec4<f32>(half_part_dot(at.w_row, u, j, p.cols, xi), 0.0, 0.0, 0.0);
+#else
     let xi = x_in(at.xb, i, part_k(j));
     var s = vec4<f32>(part_dot(at.w_row, u, j, p.cols, xi), x_sq(xi), 0.0, 0.0);
+#endif
 #ifdef MULTI_ROW
     for (var r = 1u; r < RPL; r++) {
         let w_row = at.w_row + min(r, p.rows - 1u - at.row) * p.row_stride;
+#ifdef X_HALVES
+        s[r + 1u] = half_part_dot(w_row, u, j, p.cols, xi);
+#else
         s[r + 1u] = part_dot(w_row, u, j, p.cols, xi);
+#endif
     }
 #endif
     return s;
 }
+
+#ifdef X_HALVES
+fn x_part_halves(xb: u32, i: u32) -> array<vec2<f16>, 4> {
+    let xi = x_in(xb, i, part_k(i & 3u));
+    return x_halves(xi.a, xi.b);
+}
+#endif
 
 // The dot product of row r of the lane's rows in the reduced sums s.
 fn row_dot(s: vec4<f32>, r: u32) -> f32 {
@@ -119,6 +136,9 @@ fn main(
     let xb = p.x_offset + (z / p.x_div) * p.x_stride;
 #endif
     let at = RowAt(w_row, 0u, xb, row);
+#ifdef X_HALVES
+    stage_x(xb, vec_parts, lid);
+#endif
     let parts = select(0u, vec_parts, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
 #ifdef NORM_OUT

@@ -12,7 +12,8 @@
 // nothing, as in matvec.wgsl. Layout as matvec.wgsl: RPW rows per workgroup of WG threads, the
 // lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it);
 // PACKED_F16 (GLU, both weights E2M1): the parts' products in packed f16 (HalfPart,
-// common.wgsl, through unit.wgsl's part_dot).
+// common.wgsl, through unit.wgsl's part_dot); X_HALVES (both weights of one decoder) converts x
+// once per workgroup (product.wgsl).
 struct Params {
     rows0: u32,
     rows1: u32,
@@ -77,6 +78,12 @@ const TPR: u32 = WG / RPW;
 fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     let u = i >> 2u;
     let j = i & 3u;
+#ifdef X_HALVES
+    // GLU over two weights of one decoder: both meet the same staged pairs.
+    let xh_i = xh[i];
+    let g = half_part_dot_0(at.w_row, u, j, p.cols, xh_i);
+    return vec4<f32>(g, 0.0, half_part_dot_1(at.up_row, u, j, p.cols, xh_i), 0.0);
+#else
 #ifdef GLU
     let xg = x_in(at.xb, i, part_k_0(j));
     let g = part_dot_0(at.w_row, u, j, p.cols, xg);
@@ -105,7 +112,15 @@ fn part_value(at: RowAt, i: u32) -> vec4<f32> {
     return vec4<f32>(0.0);
 #endif
 #endif
+#endif
 }
+
+#ifdef X_HALVES
+fn x_part_halves(xb: u32, i: u32) -> array<vec2<f16>, 4> {
+    let xi = x_in(xb, i, part_k_0(i & 3u));
+    return x_halves_0(xi.a, xi.b);
+}
+#endif
 
 @compute @workgroup_size(WG)
 fn main(
@@ -149,7 +164,11 @@ fn main(
     let at = RowAt(0u, 0u, p.x_offset, row);
 #endif
 #endif
-    let parts = select(0u, ((p.cols + 31u) / 32u) * 4u, live);
+    let vec_parts = ((p.cols + 31u) / 32u) * 4u;
+#ifdef X_HALVES
+    stage_x(at.xb, vec_parts, lid);
+#endif
+    let parts = select(0u, vec_parts, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
     if (t == 0u && live) {
 #ifdef GLU

@@ -92,6 +92,22 @@ fn finish(d: f32, s: vec4<f32>) -> f32 {
 #endif
 }
 
+#ifdef X_HALVES
+// PACKED_F16 products, whose rows in a workgroup all meet one x vector: the workgroup converts
+// x to the decoder's f16 pairs once (X_PARTS parts; the including kernel defines `fn
+// x_part_halves(xb: u32, i: u32) -> array<vec2<f16>, 4>`), so that a row's part reads its x as
+// one 16-byte load from workgroup memory, not two vec4 loads and four conversions per row.
+var<workgroup> xh: array<array<vec2<f16>, 4>, X_PARTS>;
+
+// Stages the parts of the vector at xb. Call from uniform control flow, before any row reads xh.
+fn stage_x(xb: u32, parts: u32, lid: u32) {
+    for (var i = lid; i < parts; i += WG) {
+        xh[i] = x_part_halves(xb, i);
+    }
+    workgroupBarrier();
+}
+#endif
+
 var<workgroup> partial: array<vec4<f32>, WG>;
 
 // Sum of `v` over the TPR lanes of each row, valid in every lane. Call from uniform control

@@ -26,10 +26,15 @@ fn part_dot(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
 }
 #else
 #ifdef PACKED_F16
-// E2M1 weights against x in packed f16 (HalfPart, common.wgsl).
-fn part_dot(row: u32, u: u32, j: u32, cols: u32, x: XPart) -> f32 {
+// E2M1 weights against x in packed f16 (HalfPart, common.wgsl): x as the part's f16 pairs, in
+// the order of the decoder's `x_halves`.
+fn half_part_dot(row: u32, u: u32, j: u32, cols: u32, x: array<vec2<f16>, 4>) -> f32 {
     let w = load_half_part(row, u, j, cols);
-    return dot_halves(w.vals, x_halves(x.a, x.b)) * w.mult;
+    return dot_halves(w.vals, x) * w.mult;
+}
+
+fn part_dot(row: u32, u: u32, j: u32, cols: u32, x: XPart) -> f32 {
+    return half_part_dot(row, u, j, cols, x_halves(x.a, x.b));
 }
 #else
 fn part_dot(row: u32, u: u32, j: u32, cols: u32, x: XPart) -> f32 {

@@ -312,6 +312,10 @@ struct MultiFlags {
     int8: bool,
     /// The int8 records hold x times a norm's weights, with each part's Σx² (XQ_NORM).
     xq_norm: bool,
+    /// Values per input vector (sizes X_HALVES's staging).
+    cols: u32,
+    /// Results per input vector (`Ops::shape`).
+    rows: u32,
 }
 
 pub struct Ops {
@@ -319,9 +323,13 @@ pub struct Ops {
     pipelines: Arc<Pipelines>,
     /// Decode products' workgroup size and rows per workgroup.
     product_shape: (u32, u32),
+    /// ... of those that stage x in f16 pairs (X_HALVES).
+    halves_shape: (u32, u32),
+    /// Products of fewer outputs take one row per workgroup (`SMALL_PRODUCT`).
+    small_product: u32,
     /// Parts in flight per lane: plain products, products reading two weights per part (GLU),
-    /// then both for E2M1 weights.
-    in_flight: (u32, u32, u32, u32),
+    /// then both for E2M1 weights, then both for products staging x (X_HALVES).
+    in_flight: [u32; 6],
     /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads; None:
     /// `rows_per_lane` chooses.
     rows_per_lane: Option<u32>,
@@ -345,6 +353,9 @@ pub struct Ops {
     scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
     /// Decode products of E2M1 weights in packed f16 (`Capabilities::packed_f16`).
     packed_f16: bool,
+    /// ... with x converted to f16 once per workgroup (X_HALVES), unless
+    /// `MINERVA_GPU_X_HALVES=0`.
+    x_halves: bool,
     /// The threads building pipelines ahead of use (`warm_up`), and the flag that stops them
     /// at their next pipeline: dropping the ops waits for them (at most `WARMING_WAIT`), so
     /// that no pipeline is being compiled by the driver while the process exits.
@@ -380,11 +391,25 @@ impl Drop for Ops {
 /// 29): never slower by more than noise, up to 8 % faster.
 pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
 
+/// ... for the products that stage x in f16 pairs (X_HALVES): 256 threads over 8 rows (32
+/// lanes per row), 6 % faster on gpt-oss's expert products than 4 rows (benches/GPU.md, entry
+/// 80).
+pub const HALVES_SHAPE: (u32, u32) = (256, 8);
+
+/// Decode products of fewer outputs than this (gpt-oss's router: 32 rows) give each row a
+/// workgroup of its own: at 4 rows per workgroup its 8 workgroups left most of the GPU idle
+/// while each lane took its share of a 2,880-value row in turn (benches/GPU.md, entry 80).
+pub const SMALL_PRODUCT: u32 = 256;
+
 /// The fewest outputs of a decode product that takes int8 x. Its quantizing dispatch cost the
 /// H200 about what the int8 product saved on products of 2,048–5,632 rows (tinyllama decode
 /// 644 tok/s with and without; benches/GPU.md, entry 48), while the 201,088-row vocabulary
 /// product of gpt-oss ran 1.6× faster: so only vocabulary-sized products take it.
 pub const INT8_MIN_OUTPUTS: u32 = 16384;
+
+/// The most workgroup memory a packed f16 decode product stages its x in (X_HALVES): inputs
+/// of up to 8,192 values. More would cut the workgroups an SM holds at once.
+pub const X_HALVES_BYTES: u32 = 16 * 1024;
 
 /// Parts whose loads a lane of a decode product issues together: plain products, and products
 /// reading two weights per part (GLU; entry 34).
@@ -393,6 +418,11 @@ pub const IN_FLIGHT: (u32, u32) = (4, 2);
 /// ... for products of E2M1 weights (plain, GLU), whose parts take more registers to decode:
 /// one at a time ran gpt-oss's expert products fastest (benches/GPU.md, entry 57).
 pub const IN_FLIGHT_E2M1: (u32, u32) = (1, 1);
+
+/// ... for those that stage x in f16 pairs (X_HALVES), whose lanes hold no x in registers: two
+/// parts at once made gpt-oss's expert gate/up product 7 % faster, its down product 3 % slower
+/// (benches/GPU.md, entry 80).
+pub const IN_FLIGHT_HALVES: (u32, u32) = (1, 2);
 
 /// Rows each lane of a plain decode product takes, by the product's outputs (rows × batch): its
 /// x values (and the folded norm's weights) are read once for all of them, which speeds up
@@ -410,9 +440,19 @@ impl Ops {
     pub fn new(ctx: Arc<GpuContext>) -> Ops {
         Ops {
             packed_f16: ctx.caps.packed_f16,
+            x_halves: std::env::var("MINERVA_GPU_X_HALVES").map_or(true, |v| v != "0"),
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
-            in_flight: (IN_FLIGHT.0, IN_FLIGHT.1, IN_FLIGHT_E2M1.0, IN_FLIGHT_E2M1.1),
+            halves_shape: HALVES_SHAPE,
+            small_product: SMALL_PRODUCT,
+            in_flight: [
+                IN_FLIGHT.0,
+                IN_FLIGHT.1,
+                IN_FLIGHT_E2M1.0,
+                IN_FLIGHT_E2M1.1,
+                IN_FLIGHT_HALVES.0,
+                IN_FLIGHT_HALVES.1,
+            ],
             rows_per_lane: None,
             int8_products: ctx.int8_products,
             int8_min_outputs: INT8_MIN_OUTPUTS,
@@ -432,10 +472,41 @@ impl Ops {
         self.product_shape = (wg, rows);
     }
 
+    /// ... of the products that stage x in f16 pairs (X_HALVES).
+    pub fn set_halves_shape(&mut self, wg: u32, rows: u32) {
+        self.halves_shape = (wg, rows);
+    }
+
+    /// Sets the fewest outputs of a decode product that shares its workgroups among several
+    /// rows (0: every product does), for checking both shapes.
+    pub fn set_small_product(&mut self, outputs: u32) {
+        self.small_product = outputs;
+    }
+
+    /// The workgroup size and rows per workgroup of a decode product of `outputs` results
+    /// (rows × batch), by whether it stages x: products of fewer than `SMALL_PRODUCT` outputs
+    /// give each row a workgroup of its own.
+    fn shape(&self, halves: bool, outputs: u32) -> (u32, u32) {
+        let (wg, rows) = if halves {
+            self.halves_shape
+        } else {
+            self.product_shape
+        };
+        (
+            wg,
+            if outputs < self.small_product {
+                1
+            } else {
+                rows
+            },
+        )
+    }
+
     /// Sets how many parts a lane of a decode product loads at once (plain, GLU; for every
     /// dtype), for measuring them against each other.
     pub fn set_in_flight(&mut self, plain: u32, glu: u32) {
-        self.in_flight = (plain.max(1), glu.max(1), plain.max(1), glu.max(1));
+        let (p, g) = (plain.max(1), glu.max(1));
+        self.in_flight = [p, g, p, g, p, g];
     }
 
     /// Sets how many rows each lane of a plain decode product takes (1 to 3), for measuring
@@ -511,6 +582,31 @@ impl Ops {
     /// Whether decode products of E2M1 weights multiply in packed f16.
     pub fn packed_f16(&self) -> bool {
         self.packed_f16
+    }
+
+    /// Sets whether packed f16 products convert x once per workgroup into workgroup memory
+    /// (X_HALVES) rather than per row, for measuring or checking both.
+    pub fn set_x_halves(&mut self, on: bool) {
+        self.x_halves = on;
+    }
+
+    /// The defines that stage x in f16 pairs for a packed f16 product over inputs of `cols`
+    /// values (X_HALVES, X_PARTS), if it is on and the staging fits `X_HALVES_BYTES`.
+    fn x_halves_defines(&self, cols: u32) -> Option<[(String, String); 2]> {
+        let parts = cols.div_ceil(32) * 4;
+        // 16 bytes per part; the products' own reduction takes 16 bytes per thread.
+        let bytes = parts * 16;
+        let room = self
+            .ctx
+            .caps
+            .max_workgroup_storage
+            .saturating_sub(16 * self.halves_shape.0);
+        (self.x_halves && bytes <= X_HALVES_BYTES.min(room)).then(|| {
+            [
+                ("X_HALVES".to_string(), String::new()),
+                ("X_PARTS".to_string(), format!("{parts}u")),
+            ]
+        })
     }
 
     /// Whether a decode product of weights read through `decoders` takes them in packed f16:

@@ -119,12 +119,14 @@ impl Ops {
             experts: true,
             int8,
             xq_norm: false,
+            cols: gs.in_dim as u32,
+            rows: gs.out_dim as u32,
         };
-        let pipe = self.multi_pipeline(decoders, Multi::Glu(act), flags)?;
+        let (pipe, rows_per_group) = self.multi_pipeline(decoders, Multi::Glu(act), flags)?;
         let mrows = gw.matrix_rows(gs.input_major);
         let stored = if gs.input_major { gs.in_dim } else { mrows }.max(1);
         let rows = gs.out_dim as u32;
-        let (gx, gy) = grid2(rows.div_ceil(self.product_shape.1));
+        let (gx, gy) = grid2(rows.div_ceil(rows_per_group));
         let (alpha, limit) = match act {
             Eltwise::GluOss { alpha, limit } => (alpha, limit),
             _ => (0.0, 0.0),

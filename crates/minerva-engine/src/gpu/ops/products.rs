@@ -114,18 +114,14 @@ pub(super) fn xq_scales(quantized: &Option<QuantizedX>) -> u32 {
 const QUANTIZE_WG: u32 = 64;
 
 impl Ops {
-    /// Workgroup shape of the decode products, and subgroup reductions where every subgroup
-    /// lies within one row's lanes.
-    fn product_defines(&self, glu: bool, e2m1: bool) -> Defines {
-        let (wg, rpw) = self.product_shape;
+    /// Workgroup shape of the decode products (`Ops::shape`), and subgroup reductions where
+    /// every subgroup lies within one row's lanes.
+    fn product_defines(&self, glu: bool, e2m1: bool, halves: bool, outputs: u32) -> Defines {
+        let (wg, rpw) = self.shape(halves, outputs);
         let tpr = wg / rpw;
         let caps = self.ctx.caps;
-        let in_flight = match (glu, e2m1) {
-            (false, false) => self.in_flight.0,
-            (true, false) => self.in_flight.1,
-            (false, true) => self.in_flight.2,
-            (true, true) => self.in_flight.3,
-        };
+        let class = if halves { 2 } else { usize::from(e2m1) };
+        let in_flight = self.in_flight[2 * class + usize::from(glu)];
         let mut d = defines(&[
             ("WG", format!("{wg}u")),
             ("RPW", format!("{rpw}u")),
@@ -137,10 +133,18 @@ impl Ops {
         d
     }
 
-    fn matvec_defines(&self, decoder: Defines, experts: bool, bias: bool, rpl: u32) -> Defines {
+    fn matvec_defines(
+        &self,
+        decoder: Defines,
+        experts: bool,
+        bias: bool,
+        rpl: u32,
+        halves: bool,
+        outputs: u32,
+    ) -> Defines {
         let e2m1 = decoder.contains_key("E2M1");
         let mut d = decoder;
-        d.extend(self.product_defines(false, e2m1));
+        d.extend(self.product_defines(false, e2m1, halves, outputs));
         d.insert("RPL".into(), format!("{rpl}u"));
         if rpl > 1 {
             d.insert("MULTI_ROW".into(), String::new());
@@ -220,15 +224,23 @@ impl Ops {
         let rpl = self
             .rows_per_lane
             .unwrap_or_else(|| rows_per_lane(sel.out_dim as u32 * batch));
-        let mut d = self.matvec_defines(
-            self.weight_defines(w, sel),
-            experts.is_some(),
-            bias.is_some(),
-            rpl,
-        );
         // The router's product, which writes the norm's output, reads x itself.
         let outputs = sel.out_dim as u32 * batch.max(1);
         let int8 = self.dot_i8(&[w], false, outputs) && folds.normed.is_none();
+        let decoder = self.weight_defines(w, sel);
+        // Packed f16 (E2M1 weights, which take no int8 x), with x staged where it fits.
+        let packed = !int8 && self.takes_packed_f16(&[&decoder], folds.norm.is_some());
+        let halves = packed
+            .then(|| self.x_halves_defines(sel.in_dim as u32))
+            .flatten();
+        let mut d = self.matvec_defines(
+            decoder,
+            experts.is_some(),
+            bias.is_some(),
+            rpl,
+            halves.is_some(),
+            outputs,
+        );
         let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
         // Records another kernel wrote: of x itself, or of the norm's input times its weights.
         let normed_records = folds.norm.and_then(|n| n.records);
@@ -260,8 +272,9 @@ impl Ops {
                 d.insert("NORM".into(), String::new());
                 d.insert("RMS".into(), String::new());
             }
-            if self.takes_packed_f16(&[&d], folds.norm.is_some()) {
+            if packed {
                 d.insert("PACKED_F16".into(), String::new());
+                d.extend(halves.clone().into_iter().flatten());
             }
             None
         };
@@ -299,7 +312,8 @@ impl Ops {
         for r in ranges {
             let part = &w.parts[r.part];
             let rows = (r.j_hi - r.j_lo) as u32;
-            let (gx, gy) = grid2(rows.div_ceil(self.product_shape.1 * rpl));
+            let rows_per_group = self.shape(halves.is_some(), outputs).1;
+            let (gx, gy) = grid2(rows.div_ceil(rows_per_group * rpl));
             let params = MatvecParams {
                 rows,
                 cols: sel.in_dim as u32,
@@ -412,11 +426,13 @@ impl Ops {
             experts: false,
             int8,
             xq_norm: given.is_some(),
+            cols,
+            rows,
         };
-        let pipe = self.multi_pipeline(decoders, mode, flags)?;
+        let (pipe, rows_per_group) = self.multi_pipeline(decoders, mode, flags)?;
         let rows: Vec<u32> = weights.iter().map(|w| w.rows as u32).collect();
         let total = if glu { rows[0] } else { rows.iter().sum() };
-        let (gx, gy) = grid2(total.div_ceil(self.product_shape.1));
+        let (gx, gy) = grid2(total.div_ceil(rows_per_group));
         let used = [
             rows[0],
             if glu { 0 } else { rows[1] },
@@ -462,17 +478,26 @@ impl Ops {
         mut decoders: Vec<Defines>,
         mode: Multi,
         flags: MultiFlags,
-    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+    ) -> GpuResult<(Arc<wgpu::ComputePipeline>, u32)> {
         let glu = matches!(mode, Multi::Glu(_));
         // E2M1's own count was measured for GLU products; q/k/v keep the plain one.
         let e2m1 = glu && decoders.iter().all(|dec| dec.contains_key("E2M1"));
-        let mut d = self.product_defines(glu, e2m1);
-        if glu && self.takes_packed_f16(&decoders.iter().collect::<Vec<_>>(), flags.norm) {
+        let packed = glu
+            && !flags.int8
+            && self.takes_packed_f16(&decoders.iter().collect::<Vec<_>>(), flags.norm);
+        // Staged x pairs serve both weights when they pair x alike: one decoder.
+        let halves = (packed && decoders.windows(2).all(|w| w[0] == w[1]))
+            .then(|| self.x_halves_defines(flags.cols))
+            .flatten();
+        let mut d = self.product_defines(glu, e2m1, halves.is_some(), flags.rows);
+        if packed {
             // The kernel (common.wgsl: f16 on) and each weight's decoder (its half parts).
             for dec in decoders.iter_mut().chain([&mut d]) {
                 dec.insert("PACKED_F16".into(), String::new());
             }
         }
+        let rows_per_group = self.shape(halves.is_some(), flags.rows).1;
+        d.extend(halves.into_iter().flatten());
         let mut flag = |f: &str| d.insert(f.into(), String::new());
         match mode {
             Multi::Split => {
@@ -494,6 +519,8 @@ impl Ops {
             experts,
             int8,
             xq_norm,
+            cols: _,
+            rows: _,
         } = flags;
         for (on, f) in [
             (norm, "NORM"),
@@ -513,7 +540,9 @@ impl Ops {
                 dec.insert("DOT_I8".into(), String::new());
             }
         }
-        self.pipelines
-            .get_multi(&self.ctx, "matvec_multi.wgsl", &d, &decoders, "main")
+        let pipe =
+            self.pipelines
+                .get_multi(&self.ctx, "matvec_multi.wgsl", &d, &decoders, "main")?;
+        Ok((pipe, rows_per_group))
     }
 }
