@@ -5,7 +5,9 @@ use super::backend::GpuBackend;
 use super::buffers::Src;
 use super::encode::{glu_op, sel, Fold};
 use super::graph::stacked;
-use super::ops::{Eltwise, ExpertSel, ExpertTiles, Folds, MatSel, NormFold, Region, XRecords};
+use super::ops::{
+    Eltwise, ExpertSel, ExpertTiles, Folds, MatSel, NormFold, Region, XRecords, MOE_GROUPED_ITEMS,
+};
 use super::pipelines::Dispatch;
 use crate::backend::{BufId, Linear, MoeBlock};
 use crate::error::Result;
@@ -100,8 +102,10 @@ impl GpuBackend {
         Ok(d)
     }
 
-    /// Experts of one stacked weight per projection, picked by id on the GPU. Prompts group
-    /// the items by expert, so each expert's weights are decoded once per tile of items.
+    /// Experts of one stacked weight per projection, picked by id on the GPU. Prompts of at
+    /// least `MOE_GROUPED_ITEMS` items group them by expert, so each expert's weights are
+    /// decoded once per tile of items; fewer items each run through their expert's weights as
+    /// a decode token's do.
     #[allow(clippy::too_many_arguments)]
     fn stacked_experts(
         &self,
@@ -115,7 +119,7 @@ impl GpuBackend {
     ) -> Result<Vec<Dispatch>> {
         let items = n * k;
         let experts = block.experts.len();
-        let grouped = n > 1;
+        let grouped = items >= MOE_GROUPED_ITEMS as usize;
         let max_tiles = super::ops::moe_max_tiles(items as u32, experts as u32);
         let e0 = block.experts[0];
         let ids = self.src(Src::Scratch("moe ids"))?;
@@ -178,7 +182,7 @@ impl GpuBackend {
         };
         let (h, w) = (hidden as u32, width as u32);
         let xr = Region::new(xb, 0, h);
-        // Decode: gate, up and the activation in one product per weight part.
+        // Items run one by one: gate, up and the activation in one product per weight part.
         let fuse_glu = !grouped
             && e0.gate.bias.is_some() == e0.up.bias.is_some()
             && self

@@ -1,5 +1,5 @@
 //! Mixture of experts: routing (`moe_route`), grouping items by expert (`moe_group`), the
-//! expert products (`matvec_glu_experts` for decode, `matmul_experts` for prefill) and
+//! expert products (`matvec_glu_experts` for decode and short prompts, `matmul_experts` for longer prompts) and
 //! combining their outputs (`moe_combine`).
 
 use super::products::{multi_weight_entries, with_quantization, x_binding, xq_scales};
@@ -12,6 +12,13 @@ use crate::gpu::pipelines::Dispatch;
 use crate::gpu::shader::Defines;
 use crate::gpu::weights::GpuWeight;
 use bytemuck::{Pod, Zeroable};
+
+/// The fewest (token, expert) items of a prompt whose expert products group the items by
+/// expert (`Ops::moe_group`, then tiles of items per expert). Fewer items (gpt-oss: prompts of
+/// up to 15 tokens) each run through their expert's weights as a decode token's do: on the
+/// H200 a 2-token prompt's f32 tiles took 431 µs per expert product, the items one by one
+/// about 50 (benches/GPU.md, entry 80). The matrix-core expert product starts at this count.
+pub const MOE_GROUPED_ITEMS: u32 = 2 * super::matmul::COOP_BLOCK;
 
 /// Mixture-of-experts addressing for a matvec over an [experts, rows, cols] weight.
 #[derive(Clone, Copy)]
