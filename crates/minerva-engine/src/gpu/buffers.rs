@@ -195,7 +195,7 @@ impl GpuBackend {
             out_rows = items;
             self.scratch("moe gate", (items * width * 4) as u64);
             self.scratch("moe up", (items * width * 4) as u64);
-            if items >= super::ops::MOE_GROUPED_ITEMS as usize {
+            if super::ops::moe_grouped(items, experts) {
                 self.scratch("moe order", (items * 4) as u64);
                 let tiles = moe_max_tiles(items as u32, experts as u32);
                 // Also bound as a uniform list by the matrix-core expert product.

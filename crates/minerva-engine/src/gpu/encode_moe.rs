@@ -6,7 +6,7 @@ use super::buffers::Src;
 use super::encode::{glu_op, sel, Fold};
 use super::graph::stacked;
 use super::ops::{
-    Eltwise, ExpertSel, ExpertTiles, Folds, MatSel, NormFold, Region, XRecords, MOE_GROUPED_ITEMS,
+    moe_grouped, Eltwise, ExpertSel, ExpertTiles, Folds, MatSel, NormFold, Region, XRecords,
 };
 use super::pipelines::Dispatch;
 use crate::backend::{BufId, Linear, MoeBlock};
@@ -102,10 +102,10 @@ impl GpuBackend {
         Ok(d)
     }
 
-    /// Experts of one stacked weight per projection, picked by id on the GPU. Prompts of at
-    /// least `MOE_GROUPED_ITEMS` items group them by expert, so each expert's weights are
-    /// decoded once per tile of items; fewer items each run through their expert's weights as
-    /// a decode token's do.
+    /// Experts of one stacked weight per projection, picked by id on the GPU. Prompts of many
+    /// items (`moe_grouped`) group them by expert, so each expert's weights are decoded once
+    /// per tile of items; fewer items each run through their expert's weights as a decode
+    /// token's do.
     #[allow(clippy::too_many_arguments)]
     fn stacked_experts(
         &self,
@@ -119,7 +119,7 @@ impl GpuBackend {
     ) -> Result<Vec<Dispatch>> {
         let items = n * k;
         let experts = block.experts.len();
-        let grouped = items >= MOE_GROUPED_ITEMS as usize;
+        let grouped = moe_grouped(items, experts);
         let max_tiles = super::ops::moe_max_tiles(items as u32, experts as u32);
         let e0 = block.experts[0];
         let ids = self.src(Src::Scratch("moe ids"))?;

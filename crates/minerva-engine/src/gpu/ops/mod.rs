@@ -30,7 +30,7 @@ pub use attention::{AttnShape, KvCache, Rotary, ATTN_CHUNK};
 pub use attention_coop::{CACHE_SLACK, SCORES_BYTES};
 pub use elementwise::Eltwise;
 pub use matmul::{coop_defines, MatmulTile, COOP_BLOCK, COOP_WEIGHT_BYTES, MATMUL_TOKENS};
-pub use moe::{moe_max_tiles, ExpertSel, ExpertTiles, MOE_GROUPED_ITEMS};
+pub use moe::{moe_grouped, moe_max_tiles, ExpertSel, ExpertTiles, MOE_GROUPED_ITEMS};
 pub use moe_coop::{EXPERT_CHUNK_BYTES, MOE_COOP_TILES};
 pub use products::Multi;
 pub use select::{select_scratch_len, SampleParams};

@@ -14,11 +14,20 @@ use crate::gpu::weights::GpuWeight;
 use bytemuck::{Pod, Zeroable};
 
 /// The fewest (token, expert) items of a prompt whose expert products group the items by
-/// expert (`Ops::moe_group`, then tiles of items per expert). Fewer items (gpt-oss: prompts of
-/// up to 15 tokens) each run through their expert's weights as a decode token's do: on the
-/// H200 a 2-token prompt's f32 tiles took 431 µs per expert product, the items one by one
-/// about 50 (benches/GPU.md, entry 80). The matrix-core expert product starts at this count.
+/// expert (`moe_grouped`); the matrix-core expert product starts at this count.
 pub const MOE_GROUPED_ITEMS: u32 = 2 * super::matmul::COOP_BLOCK;
+
+/// Whether a prompt's `items` (tokens × experts per token) over `experts` experts group by
+/// expert (`Ops::moe_group`, then tiles of items per expert) rather than each running through
+/// its expert's weights as a decode token's do. Grouping decodes every expert touched once, to
+/// f16 on matrix cores (about 8 times the bytes of reading its stored weights); one by one,
+/// each item reads its expert's weights: so items one by one while they are fewer than 4 per
+/// expert, and at least until the matrix-core product takes them (`MOE_GROUPED_ITEMS`). On
+/// the H200, gpt-oss-20b's 8- and 15-token prompts reached their first token 3.4 and 3.3
+/// times sooner one by one (benches/GPU.md, entry 80).
+pub fn moe_grouped(items: usize, experts: usize) -> bool {
+    items >= (MOE_GROUPED_ITEMS as usize).max(4 * experts)
+}
 
 /// Mixture-of-experts addressing for a matvec over an [experts, rows, cols] weight.
 #[derive(Clone, Copy)]
