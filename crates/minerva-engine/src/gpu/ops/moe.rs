@@ -24,7 +24,7 @@ pub const MOE_GROUPED_ITEMS: u32 = 2 * super::matmul::COOP_BLOCK;
 /// each item reads its expert's weights: so items one by one while they are fewer than 4 per
 /// expert, and at least until the matrix-core product takes them (`MOE_GROUPED_ITEMS`). On
 /// the H200, gpt-oss-20b's 8- and 15-token prompts reached their first token 3.4 and 3.3
-/// times sooner one by one (benches/GPU.md, entry 80).
+/// times sooner one by one (benches/GPU.md, entry 81).
 pub fn moe_grouped(items: usize, experts: usize) -> bool {
     items >= (MOE_GROUPED_ITEMS as usize).max(4 * experts)
 }
