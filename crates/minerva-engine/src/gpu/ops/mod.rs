@@ -392,7 +392,7 @@ impl Drop for Ops {
 pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
 
 /// ... for the products that stage x in f16 pairs (X_HALVES): 256 threads over 8 rows (32
-/// lanes per row), 6 % faster on gpt-oss's expert products than 4 rows (benches/GPU.md, entry
+/// lanes per row), 5 % faster on gpt-oss's expert products than 4 rows (benches/GPU.md, entry
 /// 80).
 pub const HALVES_SHAPE: (u32, u32) = (256, 8);
 
@@ -492,14 +492,12 @@ impl Ops {
         } else {
             self.product_shape
         };
-        (
-            wg,
-            if outputs < self.small_product {
-                1
-            } else {
-                rows
-            },
-        )
+        let rows = if outputs < self.small_product {
+            1
+        } else {
+            rows
+        };
+        (wg, rows)
     }
 
     /// Sets how many parts a lane of a decode product loads at once (plain, GLU; for every
