@@ -45,6 +45,10 @@ const SOURCES: &[(&str, &str)] = &[
     ("step.wgsl", include_str!("kernels/step.wgsl")),
     ("attention.wgsl", include_str!("kernels/attention.wgsl")),
     (
+        "attention_decode.wgsl",
+        include_str!("kernels/attention_decode.wgsl"),
+    ),
+    (
         "attention_coop.wgsl",
         include_str!("kernels/attention_coop.wgsl"),
     ),
