@@ -253,13 +253,13 @@ impl GpuContext {
         })
     }
 
-    /// A weight's buffer of `size` bytes (a multiple of 4, at least `bytes.len()`) holding
-    /// `bytes` and zeros after them, written through the staging ring ([`super::staging`]):
-    /// the copies reach the queue before the next step.
+    /// A weight's buffer of `size` bytes (a multiple of 4, at least the bytes `source` gives)
+    /// holding those bytes and zeros after them, written through the staging ring
+    /// ([`super::staging`]): the copies reach the queue before the next step.
     pub(crate) fn weight_buffer(
         &self,
         label: &str,
-        bytes: &[u8],
+        source: (&[u8], super::gather::Gather),
         size: u64,
     ) -> GpuResult<wgpu::Buffer> {
         let t = std::time::Instant::now();
@@ -277,27 +277,10 @@ impl GpuContext {
             times.buffers.0 += 1;
             times.buffers.1 += t.elapsed();
         }
-        ring.write(&self.device, &self.queue, &buf, bytes, size)?;
+        ring.write(&self.device, &self.queue, &buf, source, size)?;
         drop(ring);
         self.check()?;
         Ok(buf)
-    }
-
-    /// Runs `f` on a buffer of `bytes` for a weight converted on its way to the device, the
-    /// same buffer for every weight of a load (kept by the staging ring, and let go with it):
-    /// a fresh one per tensor cost gpt-oss-20b's load 1.2 s of first-touch page faults.
-    pub(crate) fn with_conversion<R>(&self, bytes: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        let mut buf = {
-            let mut ring = self.staging.lock().unwrap_or_else(|p| p.into_inner());
-            std::mem::take(&mut ring.conversion)
-        };
-        if buf.len() < bytes {
-            buf.resize(bytes, 0);
-        }
-        let r = f(&mut buf[..bytes]);
-        let mut ring = self.staging.lock().unwrap_or_else(|p| p.into_inner());
-        ring.conversion = buf;
-        r
     }
 
     /// Holds a checkpoint's file mappings until the staging ring is released, so that

@@ -9,6 +9,7 @@ mod encode;
 mod encode_moe;
 pub mod error;
 pub mod fusion;
+mod gather;
 pub mod graph;
 pub(crate) mod key;
 pub mod ops;

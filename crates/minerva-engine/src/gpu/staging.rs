@@ -5,6 +5,7 @@
 //! of the other.
 
 use super::error::{GpuError, GpuResult};
+use super::gather::Gather;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,10 +69,14 @@ fn tally(slot: &mut (u64, Duration), t: Instant, n: u64) {
     slot.1 += t.elapsed();
 }
 
-/// A copy into the current half that waits for the half's hand-over: `len` bytes from the
-/// address `src` (inside one of the ring's held mappings) to `at` bytes into the half.
+/// A copy into the current half that waits for the half's hand-over: gathered bytes `from ..
+/// from + len` of the `src_len` bytes at the address `src` (inside one of the ring's held
+/// mappings) to `at` bytes into the half.
 struct Pending {
     src: usize,
+    src_len: usize,
+    gather: Gather,
+    from: usize,
     len: usize,
     at: u64,
 }
@@ -87,8 +92,6 @@ pub(crate) struct Staging {
     /// 636 MB went at ≈ 10 GB/s, gpt-oss-20b's 141 MB tensors at ≈ 24 GB/s.
     held: Vec<minerva_formats::Mapping>,
     pending: Vec<Pending>,
-    /// Room for weights converted on their way (`GpuContext::with_conversion`).
-    pub conversion: Vec<u8>,
     /// Each half's size.
     half: u64,
     /// Kept only when timings are asked for.
@@ -117,24 +120,25 @@ impl Staging {
             copies: None,
             held: Vec::new(),
             pending: Vec::new(),
-            conversion: Vec::new(),
             half,
             times: super::profile::timing_asked().then(UploadTimes::default),
         }
     }
 
-    /// Writes `bytes` into `dst` from offset 0, then zeros up to `size` (a multiple of 4,
-    /// at least `bytes.len()`), through the ring: the copies reach the queue at the next
-    /// [`Staging::hand_over`].
+    /// Writes the bytes `gather` takes from `src` into `dst` from offset 0, then zeros up to
+    /// `size` (a multiple of 4, at least as many), through the ring: the copies reach the
+    /// queue at the next [`Staging::hand_over`].
     pub fn write(
         &mut self,
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         dst: &wgpu::Buffer,
-        bytes: &[u8],
+        (src, gather): (&[u8], Gather),
         size: u64,
     ) -> GpuResult<()> {
-        debug_assert!(size.is_multiple_of(4) && size >= bytes.len() as u64);
+        let packed = gather.packed_len(src.len());
+        debug_assert!(size.is_multiple_of(4) && size >= packed as u64);
+        let held = held_in(&self.held, src);
         let mut at = 0u64;
         while at < size {
             self.ready(device)?;
@@ -148,21 +152,24 @@ impl Staging {
                     .slice(half.used..half.used + n)
                     .get_mapped_range_mut()
                     .map_err(|e| GpuError::OutOfMemory(format!("staging: {e}")))?;
-                let (from, to) = (at as usize, (at + n) as usize);
-                let data = &bytes[from.min(bytes.len())..to.min(bytes.len())];
+                let from = (at as usize).min(packed);
+                let len = ((at + n) as usize).min(packed) - from;
                 let mut piece = view.slice(..);
-                piece.slice(data.len()..).fill(0);
-                if held_in(&self.held, data) {
+                piece.slice(len..).fill(0);
+                if held && len > 0 {
                     self.pending.push(Pending {
-                        src: data.as_ptr() as usize,
-                        len: data.len(),
+                        src: src.as_ptr() as usize,
+                        src_len: src.len(),
+                        gather,
+                        from,
+                        len,
                         at: half.used,
                     });
                 } else {
                     let t = Instant::now();
-                    copy_parallel(piece.slice(..data.len()), data);
+                    copy_parallel(piece.slice(..len), src, gather, from);
                     if let Some(times) = &mut self.times {
-                        tally(&mut times.copied, t, data.len() as u64);
+                        tally(&mut times.copied, t, len as u64);
                     }
                 }
             }
@@ -310,41 +317,46 @@ fn copy_pending(buf: &wgpu::Buffer, pending: Vec<Pending>) -> u64 {
         .expect("a half with pending copies is mapped");
     // An address, so that the closure can cross threads.
     let base = view.slice(..).as_raw_ptr().cast::<u8>().as_ptr() as usize;
-    let chunks: Vec<(usize, usize, usize)> = pending
+    let chunks: Vec<(&Pending, usize, usize)> = pending
         .iter()
         .flat_map(|p| {
             (0..p.len)
                 .step_by(CHUNK)
-                .map(move |o| (p.src + o, p.at as usize + o, CHUNK.min(p.len - o)))
+                .map(move |o| (p, o, CHUNK.min(p.len - o)))
         })
         .collect();
-    chunks.par_iter().for_each(|&(src, at, len)| {
-        // SAFETY: `src .. src + len` lies inside a mapping the ring holds (`held_in`), and
-        // `at .. at + len` inside the mapped half (each pending copy was given room in it);
-        // chunks write disjoint ranges, and the view keeps the half mapped until they are done.
-        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, (base + at) as *mut u8, len) }
+    chunks.par_iter().for_each(|&(p, o, len)| {
+        // SAFETY: `p.src .. p.src + p.src_len` lies inside a mapping the ring holds
+        // (`held_in`), and `p.at + o .. p.at + o + len` inside the mapped half (each pending
+        // copy was given room in it); chunks write disjoint ranges, and the view keeps the half
+        // mapped until they are done.
+        let (src, out) = unsafe {
+            (
+                std::slice::from_raw_parts(p.src as *const u8, p.src_len),
+                std::slice::from_raw_parts_mut((base + p.at as usize + o) as *mut u8, len),
+            )
+        };
+        p.gather.copy(src, p.from + o, out);
     });
     drop(view);
     pending.iter().map(|p| p.len as u64).sum()
 }
 
-/// Copies a large tensor in chunks across threads: one core's copy (and the page faults of
-/// the file's mapping behind it) is what a load waits for.
-fn copy_parallel(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8]) {
+/// Copies gathered bytes `from .. from + dst.len()` of `src` into `dst`, a large tensor in
+/// chunks across threads: one core's copy (and the page faults of the file's mapping behind
+/// it) is what a load waits for.
+fn copy_parallel(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8], gather: Gather, from: usize) {
     use rayon::prelude::*;
     const CHUNK: usize = 4 << 20;
-    if src.len() <= CHUNK || dst.len() < src.len() {
-        dst.copy_from_slice(src);
-        return;
-    }
+    let len = dst.len();
     // An address, so that the closure can cross threads.
     let base = dst.as_raw_ptr().cast::<u8>().as_ptr() as usize;
-    src.par_chunks(CHUNK).enumerate().for_each(|(i, s)| {
-        // SAFETY: `dst` is mapped, writable and at least `src.len()` bytes long until this
-        // returns, and each chunk writes its own disjoint range of it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s.as_ptr(), (base as *mut u8).add(i * CHUNK), s.len())
-        }
+    (0..len).into_par_iter().step_by(CHUNK).for_each(|o| {
+        // SAFETY: `dst` is mapped, writable and `len` bytes long until this returns, and each
+        // chunk writes its own disjoint range of it.
+        let out =
+            unsafe { std::slice::from_raw_parts_mut((base + o) as *mut u8, CHUNK.min(len - o)) };
+        gather.copy(src, from + o, out);
     });
 }
 
@@ -357,7 +369,8 @@ mod tests {
     /// half, pass many times round: halves are made, handed over full and mapped again, and
     /// every byte lands, each buffer's tail zeroed. Once from the heap (copied as written),
     /// once from a held file mapping (copied at each hand-over, chunks of 1 MiB on every core)
-    /// with heap tensors in between.
+    /// with heap tensors in between; every third tensor as Q8_0 blocks' codes, gathered on
+    /// the way.
     #[test]
     fn a_small_ring_wraps_and_every_byte_lands() {
         let ctx = match GpuContext::new(&GpuOptions::default()) {
@@ -413,16 +426,29 @@ mod tests {
                     &bytes[..]
                 };
                 at += bytes.len();
-                let size = (bytes.len().div_ceil(16) * 16) as u64;
+                let codes = Gather::Field {
+                    stride: 34,
+                    off: 2,
+                    len: 32,
+                };
+                let gather = if i % 3 == 2 { codes } else { Gather::All };
+                let expected: Vec<u8> = match gather {
+                    Gather::All => bytes.clone(),
+                    _ => bytes
+                        .chunks_exact(34)
+                        .flat_map(|b| b[2..].to_vec())
+                        .collect(),
+                };
+                let size = (expected.len().div_ceil(16).max(1) * 16) as u64;
                 let buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("staged"),
                     size,
                     usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
                     mapped_at_creation: false,
                 });
-                ring.write(&ctx.device, &ctx.queue, &buf, src, size)
+                ring.write(&ctx.device, &ctx.queue, &buf, (src, gather), size)
                     .unwrap();
-                written.push((buf, bytes));
+                written.push((buf, expected));
             }
             ring.release(&ctx.queue);
             for (buf, bytes) in &written {

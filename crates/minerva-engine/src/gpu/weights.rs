@@ -1,10 +1,11 @@
 //! Weights on the GPU in their stored layout: the bytes of a `TensorView` (GGUF blocks, MLX
 //! words + scales + biases, MXFP4 codes + scales, plain floats) copied as they are, never
-//! dequantized. A tensor larger than the adapter's storage binding limit is split by rows into
+//! dequantized; GGUF's Q4_0, Q8_0 and MXFP4 blocks with their scales apart (`BlockSplit`). A tensor larger than the adapter's storage binding limit is split by rows into
 //! parts, each with its own buffers.
 
 use super::context::GpuContext;
 use super::error::{GpuError, GpuResult};
+use super::gather::Gather;
 use super::shader::{defines, Defines};
 use minerva_formats::{DType, TensorData, TensorView};
 
@@ -37,8 +38,9 @@ pub struct GpuWeight {
     pub parts: Vec<WeightPart>,
 }
 
-/// A view's stored buffers, the bytes each holds per row, and the MLX scale dtype.
-type Components<'a> = (Vec<&'a [u8]>, Vec<usize>, Option<DType>);
+/// A view's GPU buffers, each as the bytes it is gathered from and the bytes of those per row,
+/// and the MLX scale dtype.
+type Components<'a> = (Vec<(&'a [u8], Gather)>, Vec<usize>, Option<DType>);
 
 fn components<'a>(view: &TensorView<'a>) -> GpuResult<Components<'a>> {
     let cols = view.row_len();
@@ -80,7 +82,12 @@ fn components<'a>(view: &TensorView<'a>) -> GpuResult<Components<'a>> {
             let rb = dtype
                 .row_bytes(cols)
                 .ok_or_else(|| bad(format!("{} row of {cols} values", dtype.name())))?;
-            (vec![b], vec![rb], None)
+            if let Some(split) = BlockSplit::of(dtype) {
+                // Whole blocks per row: `row_bytes` said so.
+                let (codes, scales) = split.gathers();
+                return Ok((vec![(b, codes), (b, scales)], vec![rb, rb], None));
+            }
+            (vec![(b, Gather::All)], vec![rb], None)
         }
         TensorData::MlxAffine {
             weight,
@@ -100,7 +107,11 @@ fn components<'a>(view: &TensorView<'a>) -> GpuResult<Components<'a>> {
             let groups = whole(cols, group as usize, "MLX affine")?;
             let sb = groups * scale_dtype.block_bytes();
             (
-                vec![weight, scales, biases],
+                vec![
+                    (weight, Gather::All),
+                    (scales, Gather::All),
+                    (biases, Gather::All),
+                ],
                 vec![cols * bits as usize / 8, sb, sb],
                 Some(scale_dtype),
             )
@@ -111,7 +122,11 @@ fn components<'a>(view: &TensorView<'a>) -> GpuResult<Components<'a>> {
             scales,
         } => {
             let groups = whole(cols, 32, "MXFP4")?;
-            (vec![weight, scales], vec![cols / 2, groups], None)
+            (
+                vec![(weight, Gather::All), (scales, Gather::All)],
+                vec![cols / 2, groups],
+                None,
+            )
         }
     })
 }
@@ -164,6 +179,10 @@ pub fn decoder_defines(dtype: DType, scale_dtype: Option<DType>) -> Option<Defin
         // One scale per part and no offset: the products apply it once per part (unit.wgsl).
         d.insert("SCALED_PARTS".into(), String::new());
     }
+    if matches!(dtype, DType::Q4_0 | DType::Q8_0) {
+        // f16 scales apart from the codes (`BlockSplit`).
+        d.insert("HALF_SCALES".into(), String::new());
+    }
     if matches!(dtype, DType::MXFP4 | DType::MlxMxfp4 | DType::HfMxfp4) {
         // E2M1 codes: the decode products may take them in packed f16 (PACKED_F16).
         d.insert("E2M1".into(), String::new());
@@ -171,72 +190,75 @@ pub fn decoder_defines(dtype: DType, scale_dtype: Option<DType>) -> Option<Defin
     Some(d)
 }
 
-fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> GpuResult<wgpu::Buffer> {
-    // Padded to whole vec4s: kernels read words (blocks like Q4_0's are 18 bytes), and f32
+fn storage_buffer(
+    ctx: &GpuContext,
+    label: &str,
+    source: (&[u8], Gather),
+) -> GpuResult<wgpu::Buffer> {
+    // Padded to whole vec4s: kernels read words (blocks like Q5_0's are 22 bytes), and f32
     // vectors (norm weights) as vec4s. The padding is written as zeros.
-    let size = (bytes.len().div_ceil(16).max(1) * 16) as u64;
-    ctx.weight_buffer(label, bytes, size)
+    let bytes = source.1.packed_len(source.0.len());
+    let size = (bytes.div_ceil(16).max(1) * 16) as u64;
+    ctx.weight_buffer(label, source, size)
 }
 
-/// GGUF MXFP4 blocks (a scale byte, then 16 bytes of codes) split into the blocks' codes, 16
-/// bytes each, and their scale bytes apart: a 17-byte block put every word of codes across a
-/// word boundary, so the kernels read each part with two loads and shifts, and its scale with a
-/// third (benches/GPU.md, entry 75). The codes keep GGUF's order (blocks_ggml.wgsl).
-fn mxfp4_split(blocks: &[u8], codes: &mut [u8], scales: &mut [u8]) {
-    use rayon::prelude::*;
-    const BLOCKS_PER_TASK: usize = 1 << 14;
-    codes
-        .par_chunks_mut(16 * BLOCKS_PER_TASK)
-        .zip(scales.par_chunks_mut(BLOCKS_PER_TASK))
-        .zip(blocks.par_chunks(17 * BLOCKS_PER_TASK))
-        .for_each(|((codes, scales), blocks)| {
-            for ((out, scale), block) in codes
-                .chunks_exact_mut(16)
-                .zip(scales.iter_mut())
-                .zip(blocks.chunks_exact(17))
-            {
-                *scale = block[0];
-                out.copy_from_slice(&block[1..]);
-            }
-        });
+/// GGUF blocks whose one scale leads 32 values' codes (Q4_0 and Q8_0: an f16, MXFP4: an E8M0
+/// byte), held on the GPU as the blocks' codes (w0) and their scales apart (w1). Stored in
+/// place, 18-, 34- and 17-byte blocks put most words of codes across a word boundary, so the
+/// kernels read each part with two loads and shifts and its scale with a third (benches/GPU.md,
+/// entries 75 and 82). The codes keep GGUF's order (blocks_ggml.wgsl).
+#[derive(Clone, Copy)]
+enum BlockSplit {
+    Q4_0,
+    Q8_0,
+    Mxfp4,
+}
+
+impl BlockSplit {
+    fn of(dtype: DType) -> Option<BlockSplit> {
+        match dtype {
+            DType::Q4_0 => Some(BlockSplit::Q4_0),
+            DType::Q8_0 => Some(BlockSplit::Q8_0),
+            DType::MXFP4 => Some(BlockSplit::Mxfp4),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one block's scale and of its codes.
+    fn sizes(self) -> (usize, usize) {
+        match self {
+            BlockSplit::Q4_0 => (2, 16),
+            BlockSplit::Q8_0 => (2, 32),
+            BlockSplit::Mxfp4 => (1, 16),
+        }
+    }
+
+    /// How the codes and the scales are gathered from the blocks (on their way through the
+    /// staging ring, so that the split costs no pass of its own).
+    fn gathers(self) -> (Gather, Gather) {
+        let (scale, code) = self.sizes();
+        let stride = scale + code;
+        (
+            Gather::Field {
+                stride,
+                off: scale,
+                len: code,
+            },
+            Gather::Field {
+                stride,
+                off: 0,
+                len: scale,
+            },
+        )
+    }
 }
 
 impl GpuWeight {
-    /// Copies `view` to the GPU as stored, but for GGUF MXFP4, whose blocks' scales are stored
-    /// apart from their codes (`mxfp4_split`): one layout that every kernel reads. `row_align`
-    /// keeps parts whole multiples of that many rows (the rows of one expert, so an expert
-    /// never straddles two parts).
+    /// Copies `view` to the GPU as stored, but for the GGUF blocks of `BlockSplit`, whose
+    /// scales are stored apart from their codes: one layout that every kernel reads.
+    /// `row_align` keeps parts whole multiples of that many rows (the rows of one expert, so an
+    /// expert never straddles two parts).
     pub fn upload(ctx: &GpuContext, view: &TensorView, row_align: usize) -> GpuResult<GpuWeight> {
-        if let (DType::MXFP4, TensorData::Plain(blocks)) = (view.dtype, &view.data) {
-            if view.row_len().is_multiple_of(32) && blocks.len().is_multiple_of(17) {
-                let n = blocks.len() / 17;
-                return ctx.with_conversion(n * 17, |buf| {
-                    let (codes, scales) = buf.split_at_mut(n * 16);
-                    mxfp4_split(blocks, codes, scales);
-                    // Codes and scales apart, as MLX mxfp4 packs hold them (`components`
-                    // reads the two buffers by this variant), the codes in GGUF's order (the
-                    // dtype).
-                    let split = TensorView {
-                        name: view.name,
-                        shape: view.shape.clone(),
-                        dtype: DType::MXFP4,
-                        data: TensorData::MlxMxfp4 {
-                            weight: codes,
-                            scales,
-                        },
-                    };
-                    Self::upload_as_stored(ctx, &split, row_align)
-                });
-            }
-        }
-        Self::upload_as_stored(ctx, view, row_align)
-    }
-
-    fn upload_as_stored(
-        ctx: &GpuContext,
-        view: &TensorView,
-        row_align: usize,
-    ) -> GpuResult<GpuWeight> {
         let bad = |reason: String| GpuError::Unsupported {
             tensor: view.name.to_string(),
             reason,
@@ -244,7 +266,7 @@ impl GpuWeight {
         let (bufs, row_bytes, scale_dtype) = components(view)?;
         let rows = view.rows();
         let cols = view.row_len();
-        for (b, rb) in bufs.iter().zip(&row_bytes) {
+        for ((b, _), rb) in bufs.iter().zip(&row_bytes) {
             if rows.checked_mul(*rb) != Some(b.len()) {
                 return Err(bad(format!(
                     "{} bytes stored where {rows} rows need {}",
@@ -253,7 +275,13 @@ impl GpuWeight {
                 )));
             }
         }
-        let widest = row_bytes.iter().copied().max().unwrap_or(1).max(1);
+        let widest = bufs
+            .iter()
+            .zip(&row_bytes)
+            .map(|((_, g), rb)| g.packed_len(*rb))
+            .max()
+            .unwrap_or(1)
+            .max(1);
         let limit = ctx.caps.max_binding.min(ctx.caps.max_buffer) as usize;
         // Keep one word of slack: the padded copy may round up.
         let mut per_part = (limit.saturating_sub(4) / widest).min(rows.max(1));
@@ -273,7 +301,9 @@ impl GpuWeight {
             let buffers = bufs
                 .iter()
                 .zip(&row_bytes)
-                .map(|(b, rb)| storage_buffer(ctx, view.name, &b[first * rb..(first + n) * rb]))
+                .map(|((b, g), rb)| {
+                    storage_buffer(ctx, view.name, (&b[first * rb..(first + n) * rb], *g))
+                })
                 .collect::<GpuResult<Vec<_>>>()?;
             parts.push(WeightPart {
                 first_row: first,

@@ -1,16 +1,14 @@
 // GGUF legacy blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and GGUF MXFP4, read in place.
 // Layouts (bytes): Q4_0 d:f16 qs[16]; Q4_1 d m qs[16]; Q5_0 d qh:u32 qs[16]; Q5_1 d m qh qs[16];
-// Q8_0 d qs:i8[32]; MXFP4 qs[16] in w0 and its e:u8 in w1 (the upload splits GGUF's 17-byte
-// blocks, so that every word of codes is aligned). Nibble blocks hold element j in the low nibble
+// Q8_0 d qs:i8[32]; MXFP4 e:u8 qs[16]. The upload splits Q4_0, Q8_0 and MXFP4 blocks into their
+// codes in w0 (16, 32 and 16 bytes a block) and their scales in w1 (f16, f16, e8m0), so that every
+// word of codes is aligned (weights.rs, `BlockSplit`); the others are read in place. Nibble blocks hold element j in the low nibble
 // of byte j and element j+16 in the high nibble, so part j is word j of qs: its low nibbles are
 // vec4 j of the unit, its high nibbles vec4 j + 4. With DOT_I8, Q4_0 and Q8_0 parts also take x quantized
 // to int8 (`dot_i8_part`, for the decode products).
 #include "common.wgsl"
 #include "weights.wgsl"
 
-#ifdef DT_Q4_0
-const BLOCK_BYTES: u32 = 18u;
-#endif
 #ifdef DT_Q4_1
 const BLOCK_BYTES: u32 = 20u;
 #endif
@@ -21,18 +19,24 @@ const BLOCK_BYTES: u32 = 22u;
 const BLOCK_BYTES: u32 = 24u;
 #endif
 #ifdef DT_Q8_0
-const BLOCK_BYTES: u32 = 34u;
 const PART_SPLIT: bool = false;
 #else
 const PART_SPLIT: bool = true;
 #endif
 #ifdef DT_MXFP4
-const BLOCK_BYTES: u32 = 16u;
 @group(0) @binding(1) var<storage, read> w1: array<u32>;
 
 // The E8M0 scale of block g.
 fn mx_scale(g: u32) -> f32 {
     return e8m0((w1[g >> 2u] >> ((g & 3u) * 8u)) & 0xFFu);
+}
+#endif
+#ifdef HALF_SCALES
+@group(0) @binding(1) var<storage, read> w1: array<u32>;
+
+// The f16 scale of block g.
+fn half_scale(g: u32) -> f32 {
+    return unpack2x16float(w1[g >> 1u])[g & 1u];
 }
 #endif
 
@@ -46,19 +50,20 @@ fn high_bits(h: u32, j: u32) -> vec4<f32> {
 // part's multiplier, which the decode products apply once per part (SCALED_PARTS, unit.wgsl).
 #ifdef SCALED_PARTS
 fn load_scaled_part(row: u32, u: u32, j: u32, cols: u32) -> ScaledPart {
-    let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
+    let g = row * (cols / 32u) + u;
 #ifdef DT_MXFP4
-    return ScaledPart(e2m1_nibbles_x4(w0[b / 4u + j]), mx_scale(b / 16u) * 0.25);
+    return ScaledPart(e2m1_nibbles_x4(w0[g * 4u + j]), mx_scale(g) * 0.25);
 #endif
 #ifdef DT_Q8_0
-    let q = b + 2u + 8u * j;
-    return ScaledPart(Part(sbytes4(w0_word(q)), sbytes4(w0_word(q + 4u))), w0_f16(b));
+    let q = g * 8u + 2u * j;
+    return ScaledPart(Part(sbytes4(w0[q]), sbytes4(w0[q + 1u])), half_scale(g));
 #endif
 #ifdef DT_Q4_0
-    let q = w0_word(b + 2u + 4u * j);
-    return ScaledPart(Part(lo4_minus(q, 8.0), hi4_minus(q, 8.0)), w0_f16(b));
+    let q = w0[g * 4u + j];
+    return ScaledPart(Part(lo4_minus(q, 8.0), hi4_minus(q, 8.0)), half_scale(g));
 #endif
 #ifdef DT_Q5_0
+    let b = g * BLOCK_BYTES;
     let h = w0_word(b + 2u);
     let q = w0_word(b + 6u + 4u * j);
     return ScaledPart(
@@ -116,27 +121,26 @@ fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
 // for n - 8, so the part's dot product is Σ n·q - 8·Σq. Each term's is at most 8 · 15 · 127 in
 // size, exact as f32.
 fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
-    let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
-    let q = w0_word(b + 2u + 4u * j);
+    let g = row * (cols / 32u) + u;
+    let q = w0[g * 4u + j];
     let low = q & 0x0F0F0F0Fu;
     let high = (q >> 4u) & 0x0F0F0F0Fu;
     let coarse = dot4I8Packed(low, x.q.x) + dot4I8Packed(high, x.q.y);
     let fine = dot4I8Packed(low, x.q.z) + dot4I8Packed(high, x.q.w);
-    return (join_terms(coarse, fine) - 8.0 * x.sum) * w0_f16(b);
+    return (join_terms(coarse, fine) - 8.0 * x.sum) * half_scale(g);
 }
 #endif
 #ifdef DT_Q8_0
-// Bytes 4j..4j+3 meet x vec4 j, bytes 16+4j..19+4j vec4 j + 4 (the part x was quantized by,
+// Code bytes 4j..4j+3 meet x vec4 j, bytes 16+4j..19+4j vec4 j + 4 (the part x was quantized by,
 // not load_part's 8j..8j+7). Each term's dot product is at most 8 · 128 · 127 in size, exact
 // as f32.
 fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
-    let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
-    let q = b + 2u + 4u * j;
-    let wa = w0_word(q);
-    let wb = w0_word(q + 16u);
+    let g = row * (cols / 32u) + u;
+    let wa = w0[g * 8u + j];
+    let wb = w0[g * 8u + 4u + j];
     let coarse = dot4I8Packed(wa, x.q.x) + dot4I8Packed(wb, x.q.y);
     let fine = dot4I8Packed(wa, x.q.z) + dot4I8Packed(wb, x.q.w);
-    return join_terms(coarse, fine) * w0_f16(b);
+    return join_terms(coarse, fine) * half_scale(g);
 }
 #endif
 #endif
