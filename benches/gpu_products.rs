@@ -7,7 +7,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use minerva_engine::gpu::pipelines::Dispatch;
 use minerva_engine::gpu::{
     Eltwise, ExpertSel, Folds, GpuContext, GpuOptions, GpuWeight, MatSel, Multi, NormFold, Ops,
-    Region, HALVES_SHAPE, PRODUCT_SHAPE,
+    Region, HALVES_SHAPE, IN_FLIGHT, PRODUCT_SHAPE,
 };
 use minerva_formats::{DType, TensorData, TensorView};
 use std::sync::Arc;
@@ -224,7 +224,46 @@ fn products(c: &mut Criterion) {
         let name = format!("Q4_0 {}x{cols} rows per lane 2 norm {with_norm}", 2 * rows);
         time_dispatch(c, &ctx, &name, &d);
     }
+    q8_products(c, &ctx, &mut ops, &x, &y);
     experts(c, &ctx, &mut ops, &x, &y);
+}
+
+/// gpt-oss-20b's Q8_0 products on int8 x (its vocabulary product, and its q/k/v rows as one
+/// plain product): lane groups per workgroup, rows per lane and parts in flight per lane.
+/// Leaves `ops` in its defaults.
+fn q8_products(
+    c: &mut Criterion,
+    ctx: &GpuContext,
+    ops: &mut Ops,
+    x: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+) {
+    for (rows, cols) in [(201_088, 2880), (5120, 2880)] {
+        let bytes = weight_bytes(DType::Q8_0, rows, cols);
+        let w = upload(ctx, DType::Q8_0, rows, cols, &bytes);
+        for rpw in [4, 8] {
+            for rows_per_lane in [1, 2, 3] {
+                for in_flight in [2, 4, 8] {
+                    ops.set_product_shape(256, rpw);
+                    ops.set_rows_per_lane(rows_per_lane);
+                    ops.set_in_flight(in_flight, IN_FLIGHT.1);
+                    let d = plain_product(
+                        ops,
+                        &w,
+                        Region::new(x, 0, cols as u32),
+                        Region::new(y, 0, rows as u32),
+                    );
+                    let name = format!(
+                        "Q8_0 int8 {rows}x{cols} lane groups {rpw} rows per lane {rows_per_lane} in flight {in_flight}"
+                    );
+                    time_dispatch(c, ctx, &name, &d);
+                }
+            }
+        }
+    }
+    ops.set_product_shape(PRODUCT_SHAPE.0, PRODUCT_SHAPE.1);
+    ops.set_in_flight(IN_FLIGHT.0, IN_FLIGHT.1);
+    ops.set_rows_per_lane(2);
 }
 
 /// gpt-oss-20b's expert products of one decode token (32 experts of 2880 × 2880 MXFP4, 4
