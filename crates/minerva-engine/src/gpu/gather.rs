@@ -45,6 +45,10 @@ impl Gather {
             (18, 0, 2) => fields::<18, 0, 2>(blocks, body),
             (34, 2, 32) => fields::<34, 2, 32>(blocks, body),
             (34, 0, 2) => fields::<34, 0, 2>(blocks, body),
+            (110, 0, 108) => fields::<110, 0, 108>(blocks, body),
+            (110, 108, 2) => fields::<110, 108, 2>(blocks, body),
+            (210, 0, 208) => fields::<210, 0, 208>(blocks, body),
+            (210, 208, 2) => fields::<210, 208, 2>(blocks, body),
             _ => self.copy_bytes(src, from + head, body),
         }
         self.copy_bytes(src, from + head + whole, tail);
@@ -78,8 +82,18 @@ mod tests {
     /// whole source field by field.
     #[test]
     fn any_range_of_a_field_matches_the_whole_gather() {
-        let src: Vec<u8> = (0..34 * 17 * 3).map(|i| (i * 7 + i / 13) as u8).collect();
-        for (stride, off, len) in [(17, 1, 16), (17, 0, 1), (18, 0, 2), (34, 2, 32), (6, 1, 3)] {
+        let src: Vec<u8> = (0..210 * 12).map(|i| (i * 7 + i / 13) as u8).collect();
+        let layouts = [
+            (17, 1, 16),
+            (17, 0, 1),
+            (18, 0, 2),
+            (34, 2, 32),
+            (110, 108, 2),
+            (210, 0, 208),
+            (210, 208, 2),
+            (6, 1, 3),
+        ];
+        for (stride, off, len) in layouts {
             let g = Gather::Field { stride, off, len };
             let whole: Vec<u8> = src
                 .chunks_exact(stride)

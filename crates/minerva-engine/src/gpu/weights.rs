@@ -1,6 +1,6 @@
 //! Weights on the GPU in their stored layout: the bytes of a `TensorView` (GGUF blocks, MLX
 //! words + scales + biases, MXFP4 codes + scales, plain floats) copied as they are, never
-//! dequantized; GGUF's Q4_0, Q8_0 and MXFP4 blocks with their scales apart (`BlockSplit`). A tensor larger than the adapter's storage binding limit is split by rows into
+//! dequantized; GGUF's Q4_0, Q8_0, MXFP4 and Q6_K blocks with their scales apart (`BlockSplit`). A tensor larger than the adapter's storage binding limit is split by rows into
 //! parts, each with its own buffers.
 
 use super::context::GpuContext;
@@ -179,7 +179,7 @@ pub fn decoder_defines(dtype: DType, scale_dtype: Option<DType>) -> Option<Defin
         // One scale per part and no offset: the products apply it once per part (unit.wgsl).
         d.insert("SCALED_PARTS".into(), String::new());
     }
-    if matches!(dtype, DType::Q4_0 | DType::Q8_0) {
+    if matches!(dtype, DType::Q4_0 | DType::Q8_0 | DType::Q3_K | DType::Q6_K) {
         // f16 scales apart from the codes (`BlockSplit`).
         d.insert("HALF_SCALES".into(), String::new());
     }
@@ -202,16 +202,19 @@ fn storage_buffer(
     ctx.weight_buffer(label, source, size)
 }
 
-/// GGUF blocks whose one scale leads 32 values' codes (Q4_0 and Q8_0: an f16, MXFP4: an E8M0
-/// byte), held on the GPU as the blocks' codes (w0) and their scales apart (w1). Stored in
-/// place, 18-, 34- and 17-byte blocks put most words of codes across a word boundary, so the
-/// kernels read each part with two loads and shifts and its scale with a third (benches/GPU.md,
-/// entries 75 and 82). The codes keep GGUF's order (blocks_ggml.wgsl).
+/// GGUF blocks held on the GPU as their codes (w0) and their scale apart (w1): Q4_0 and Q8_0
+/// (an f16 scale, then 32 values' codes), MXFP4 (an E8M0 byte, then 32 values' codes), Q3_K and
+/// Q6_K (108 and 208 bytes of codes and sub-block scales, then an f16 for 256 values). Stored in
+/// place, 18-, 34-, 17-, 110- and 210-byte blocks put most words across a word boundary, so the kernels
+/// read each word with two loads and shifts (benches/GPU.md, entries 75 and 82). The codes keep
+/// GGUF's order (blocks_ggml.wgsl, blocks_kquant.wgsl).
 #[derive(Clone, Copy)]
 enum BlockSplit {
     Q4_0,
     Q8_0,
     Mxfp4,
+    Q3K,
+    Q6K,
 }
 
 impl BlockSplit {
@@ -220,36 +223,30 @@ impl BlockSplit {
             DType::Q4_0 => Some(BlockSplit::Q4_0),
             DType::Q8_0 => Some(BlockSplit::Q8_0),
             DType::MXFP4 => Some(BlockSplit::Mxfp4),
+            DType::Q3_K => Some(BlockSplit::Q3K),
+            DType::Q6_K => Some(BlockSplit::Q6K),
             _ => None,
         }
     }
 
-    /// Bytes of one block's scale and of its codes.
-    fn sizes(self) -> (usize, usize) {
+    /// Where in a block its scale and its codes lie: (block bytes, scale offset and bytes, codes
+    /// offset and bytes).
+    fn layout(self) -> (usize, (usize, usize), (usize, usize)) {
         match self {
-            BlockSplit::Q4_0 => (2, 16),
-            BlockSplit::Q8_0 => (2, 32),
-            BlockSplit::Mxfp4 => (1, 16),
+            BlockSplit::Q4_0 => (18, (0, 2), (2, 16)),
+            BlockSplit::Q8_0 => (34, (0, 2), (2, 32)),
+            BlockSplit::Mxfp4 => (17, (0, 1), (1, 16)),
+            BlockSplit::Q3K => (110, (108, 2), (0, 108)),
+            BlockSplit::Q6K => (210, (208, 2), (0, 208)),
         }
     }
 
     /// How the codes and the scales are gathered from the blocks (on their way through the
     /// staging ring, so that the split costs no pass of its own).
     fn gathers(self) -> (Gather, Gather) {
-        let (scale, code) = self.sizes();
-        let stride = scale + code;
-        (
-            Gather::Field {
-                stride,
-                off: scale,
-                len: code,
-            },
-            Gather::Field {
-                stride,
-                off: 0,
-                len: scale,
-            },
-        )
+        let (stride, (scale_at, scale), (codes_at, codes)) = self.layout();
+        let field = |off, len| Gather::Field { stride, off, len };
+        (field(codes_at, codes), field(scale_at, scale))
     }
 }
 

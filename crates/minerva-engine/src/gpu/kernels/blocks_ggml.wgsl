@@ -31,14 +31,6 @@ fn mx_scale(g: u32) -> f32 {
     return e8m0((w1[g >> 2u] >> ((g & 3u) * 8u)) & 0xFFu);
 }
 #endif
-#ifdef HALF_SCALES
-@group(0) @binding(1) var<storage, read> w1: array<u32>;
-
-// The f16 scale of block g.
-fn half_scale(g: u32) -> f32 {
-    return unpack2x16float(w1[g >> 1u])[g & 1u];
-}
-#endif
 
 // Bit j of `h` for the four elements starting at j, as 0 or 16.
 fn high_bits(h: u32, j: u32) -> vec4<f32> {

@@ -3,6 +3,8 @@
 //   Q2_K scales[16] qs[64] d dmin            Q3_K hmask[32] qs[64] scales[12] d
 //   Q4_K d dmin scales[12] qs[128]           Q5_K d dmin scales[12] qh[32] qs[128]
 //   Q6_K ql[128] qh[64] scales:i8[16] d
+// Q3_K's and Q6_K's blocks are held as their first 108 and 208 bytes in w0 and d apart in w1
+// (weights.rs, `BlockSplit`), so that every word of a block is aligned.
 #include "common.wgsl"
 #include "weights.wgsl"
 
@@ -12,7 +14,7 @@ const PART_SPLIT: bool = false;
 const BLOCK_BYTES: u32 = 84u;
 #endif
 #ifdef DT_Q3_K
-const BLOCK_BYTES: u32 = 110u;
+const BLOCK_BYTES: u32 = 108u;
 #endif
 #ifdef DT_Q4_K
 const BLOCK_BYTES: u32 = 144u;
@@ -21,7 +23,7 @@ const BLOCK_BYTES: u32 = 144u;
 const BLOCK_BYTES: u32 = 176u;
 #endif
 #ifdef DT_Q6_K
-const BLOCK_BYTES: u32 = 210u;
+const BLOCK_BYTES: u32 = 208u;
 #endif
 
 // Q4_K/Q5_K: 6-bit scale and min of sub-block j from the 12 packed bytes at `s`.
@@ -57,19 +59,20 @@ fn scale_q3k(s: u32, i: u32) -> f32 {
 // before the conversion to floats.
 fn load_scaled_part(row: u32, u: u32, jp: u32, cols: u32) -> ScaledPart {
     var out: Part;
-    let b = (row * (cols / 256u) + u / 8u) * BLOCK_BYTES;
+    let g = row * (cols / 256u) + u / 8u;
+    let b = g * BLOCK_BYTES;
     let j = u % 8u;
     let n = j / 4u;
     let t = j % 4u;
     let bit = n * 4u + t;
     for (var i = 0u; i < 2u; i++) {
         let k = 2u * jp + i;
-        let low = (w0_word(b + 32u + n * 32u + 4u * k) >> (2u * t)) & 0x03030303u;
-        let high = (w0_word(b + 4u * k) >> bit) & 0x01010101u;
+        let low = (w0[(b + 32u + n * 32u) / 4u + k] >> (2u * t)) & 0x03030303u;
+        let high = (w0[b / 4u + k] >> bit) & 0x01010101u;
         out[i] = bytes4(low | (high << 2u)) - 4.0;
     }
     let scale = scale_q3k(b + 96u, n * 8u + 2u * t + jp / 2u);
-    return ScaledPart(out, w0_f16(b + 108u) * scale);
+    return ScaledPart(out, half_scale(g) * scale);
 }
 #endif
 #ifdef DT_Q6_K
@@ -78,22 +81,23 @@ fn load_scaled_part(row: u32, u: u32, jp: u32, cols: u32) -> ScaledPart {
 // low or high nibbles (t >= 2) of its 32 ql bytes, its top 2 bits pair t of its qh bytes.
 fn load_scaled_part(row: u32, u: u32, jp: u32, cols: u32) -> ScaledPart {
     var out: Part;
-    let b = (row * (cols / 256u) + u / 8u) * BLOCK_BYTES;
+    let g = row * (cols / 256u) + u / 8u;
+    let b = g * BLOCK_BYTES;
     let j = u % 8u;
     let n = j / 4u;
     let t = j % 4u;
-    let ql = b + n * 64u + (t & 1u) * 32u;
-    let qh = b + 128u + n * 32u;
+    let ql = (b + n * 64u + (t & 1u) * 32u) / 4u;
+    let qh = (b + 128u + n * 32u) / 4u;
     let nibble = 4u * (t >> 1u);
     for (var i = 0u; i < 2u; i++) {
         let k = 2u * jp + i;
-        let low = (w0_word(ql + 4u * k) >> nibble) & 0x0F0F0F0Fu;
-        let high = (w0_word(qh + 4u * k) >> (2u * t)) & 0x03030303u;
+        let low = (w0[ql + k] >> nibble) & 0x0F0F0F0Fu;
+        let high = (w0[qh + k] >> (2u * t)) & 0x03030303u;
         out[i] = bytes4(low | (high << 4u)) - 32.0;
     }
     let si = b + 192u + n * 8u + jp / 2u + 2u * t;
     let sc = f32((bitcast<i32>(w0_byte(si)) << 24u) >> 24u);
-    return ScaledPart(out, w0_f16(b + 208u) * sc);
+    return ScaledPart(out, half_scale(g) * sc);
 }
 #endif
 #ifndef SCALED_PARTS

@@ -1,5 +1,6 @@
 // The main weight buffer (blocks or packed words) and unaligned reads from it. Block sizes such
-// as Q4_0's 18 bytes are not multiples of 4, so fields are read from u32 words.
+// as Q5_0's 22 bytes are not multiples of 4, so fields are read from u32 words. With
+// HALF_SCALES (Q4_0, Q8_0, Q3_K, Q6_K) the blocks' f16 scales are held apart, in w1 (weights.rs).
 
 @group(0) @binding(0) var<storage, read> w0: array<u32>;
 
@@ -26,3 +27,12 @@ fn w0_word(b: u32) -> u32 {
 fn w0_f16(b: u32) -> f32 {
     return f16_bits(w0_u16(b));
 }
+
+#ifdef HALF_SCALES
+@group(0) @binding(1) var<storage, read> w1: array<u32>;
+
+// The f16 scale of block g.
+fn half_scale(g: u32) -> f32 {
+    return unpack2x16float(w1[g >> 1u])[g & 1u];
+}
+#endif
