@@ -26,22 +26,32 @@ const BLOCK_BYTES: u32 = 176u;
 const BLOCK_BYTES: u32 = 208u;
 #endif
 
-// Q4_K/Q5_K: 6-bit scale and min of sub-block j from the 12 packed bytes at `s`.
+// The word at byte offset b, a multiple of 4: Q2_K's, Q4_K's and Q5_K's blocks (84, 144 and
+// 176 bytes), and Q3_K's and Q6_K's without their d, keep every field's words aligned, so
+// their reads need not w0_word's two loads.
+fn w0_at(b: u32) -> u32 {
+    return w0[b >> 2u];
+}
+
+// Q4_K/Q5_K: 6-bit scale and min of sub-block j from the 12 packed bytes at `s` (a multiple
+// of 4), read as their three words.
 fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
+    let w = vec3<u32>(w0_at(s), w0_at(s + 4u), w0_at(s + 8u));
+    let shift = (j % 4u) * 8u;
     if (j < 4u) {
-        return vec2<f32>(f32(w0_byte(s + j) & 63u), f32(w0_byte(s + j + 4u) & 63u));
+        return vec2<f32>(f32((w.x >> shift) & 63u), f32((w.y >> shift) & 63u));
     }
-    let a = w0_byte(s + j + 4u);
-    let sc = (a & 0xFu) | ((w0_byte(s + j - 4u) >> 6u) << 4u);
-    let m = (a >> 4u) | ((w0_byte(s + j) >> 6u) << 4u);
+    let a = (w.z >> shift) & 0xFFu;
+    let sc = (a & 0xFu) | ((((w.x >> shift) >> 6u) & 3u) << 4u);
+    let m = (a >> 4u) | ((((w.y >> shift) >> 6u) & 3u) << 4u);
     return vec2<f32>(f32(sc), f32(m));
 }
 
 // Q3_K: signed 6-bit scale i (0..15) from the 12 packed bytes at `s`.
 fn scale_q3k(s: u32, i: u32) -> f32 {
-    let a0 = w0_word(s);
-    let a1 = w0_word(s + 4u);
-    let t = w0_word(s + 8u);
+    let a0 = w0_at(s);
+    let a1 = w0_at(s + 4u);
+    let t = w0_at(s + 8u);
     var w: u32;
     switch (i / 4u) {
         case 0u: { w = (a0 & 0x0F0F0F0Fu) | ((t & 0x03030303u) << 4u); }
@@ -106,40 +116,43 @@ fn load_part(row: u32, u: u32, jp: u32, cols: u32) -> Part {
     let b = (row * (cols / 256u) + u / 8u) * BLOCK_BYTES;
     let j = u % 8u;
 #ifdef DT_Q4_K
-    let d = w0_f16(b);
-    let dmin = w0_f16(b + 2u);
+    let dm = unpack2x16float(w0_at(b));
+    let d = dm.x;
+    let dmin = dm.y;
     let sm = scale_min_k4(b + 4u, j);
     let q = b + 16u + (j / 2u) * 32u;
     for (var i = 0u; i < 2u; i++) {
         let k = 2u * jp + i;
-        let w = w0_word(q + 4u * k);
+        let w = w0_at(q + 4u * k);
         let v = select(lo4(w), hi4(w), (j & 1u) == 1u);
         out[i] = v * (d * sm.x) - dmin * sm.y;
     }
 #endif
 #ifdef DT_Q5_K
-    let d = w0_f16(b);
-    let dmin = w0_f16(b + 2u);
+    let dm = unpack2x16float(w0_at(b));
+    let d = dm.x;
+    let dmin = dm.y;
     let sm = scale_min_k4(b + 4u, j);
     let q = b + 48u + (j / 2u) * 32u;
     for (var i = 0u; i < 2u; i++) {
         let k = 2u * jp + i;
-        let w = w0_word(q + 4u * k);
-        let h = bytes4((w0_word(b + 16u + 4u * k) >> j) & 0x01010101u) * 16.0;
+        let w = w0_at(q + 4u * k);
+        let h = bytes4((w0_at(b + 16u + 4u * k) >> j) & 0x01010101u) * 16.0;
         let v = select(lo4(w), hi4(w), (j & 1u) == 1u) + h;
         out[i] = v * (d * sm.x) - dmin * sm.y;
     }
 #endif
 #ifdef DT_Q2_K
-    let d = w0_f16(b + 80u);
-    let dmin = w0_f16(b + 82u);
+    let dm = unpack2x16float(w0_at(b + 80u));
+    let d = dm.x;
+    let dmin = dm.y;
     let n = j / 4u;
     let t = j % 4u;
     for (var i = 0u; i < 2u; i++) {
         let k = 2u * jp + i;
         let half = k / 4u;
         let sc = w0_byte(b + n * 8u + 2u * t + half);
-        let w = w0_word(b + 16u + n * 32u + 4u * k);
+        let w = w0_at(b + 16u + n * 32u + 4u * k);
         let q = bytes4((w >> (2u * t)) & 0x03030303u);
         out[i] = q * (d * f32(sc & 0xFu)) - dmin * f32(sc >> 4u);
     }
