@@ -551,13 +551,16 @@ impl Ops {
         self.int8_weights(weights, one_x) && outputs >= self.int8_min_outputs
     }
 
-    /// Whether int8 products are on and `weights` can take int8 x at all: every weight Q4_0
-    /// or Q8_0, and with `one_x` (GLU) of one dtype.
+    /// Whether int8 products are on and `weights` can take int8 x at all: every weight Q4_0,
+    /// Q8_0, Q4_K or Q5_K, and with `one_x` (GLU) of one dtype.
     fn int8_weights(&self, weights: &[&GpuWeight], one_x: bool) -> bool {
         self.int8_products
-            && weights
-                .iter()
-                .all(|w| matches!(w.dtype, DType::Q4_0 | DType::Q8_0))
+            && weights.iter().all(|w| {
+                matches!(
+                    w.dtype,
+                    DType::Q4_0 | DType::Q8_0 | DType::Q4_K | DType::Q5_K
+                )
+            })
             && (!one_x || weights.iter().all(|w| w.dtype == weights[0].dtype))
     }
 
