@@ -69,12 +69,12 @@ fn x_with_zero_unit(cols: usize, rng: &mut Rng) -> Vec<f32> {
 /// workgroup of the quantization); k-quants, whose blocks hold 256 values, 256, 2304 and 2560.
 fn int8_cols(dtype: DType) -> [usize; 3] {
     match dtype {
-        DType::Q4_K | DType::Q5_K => [256, 2304, 2560],
+        DType::Q4_K | DType::Q5_K | DType::Q6_K => [256, 2304, 2560],
         _ => [96, 2336, 2880],
     }
 }
 
-/// Q4_0, Q8_0, Q4_K and Q5_K decode products with int8 x (DOT_I8) against the CPU: plain with 1
+/// Q4_0, Q8_0, Q4_K, Q5_K and Q6_K decode products with int8 x (DOT_I8) against the CPU: plain with 1
 /// to 3 rows per lane, a bias, a batch of two vectors, the folded norm and residual add.
 #[test]
 fn int8_products_match_the_cpu_within_the_quantization_of_x() {
@@ -86,7 +86,13 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
     let mut rng = Rng::new(21);
     // 45 rows: not a multiple of the 4 · (1 to 3) rows of a workgroup.
     let rows = 45;
-    for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K] {
+    for dtype in [
+        DType::Q4_0,
+        DType::Q8_0,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ] {
         for cols in int8_cols(dtype) {
             let s = make(dtype, rows, cols, &mut rng);
             let w_ref = s.reference().unwrap();
@@ -446,7 +452,7 @@ fn fused_int8_products_match_the_cpu_within_the_quantization_of_x() {
 }
 
 /// Int8 expert products (x quantized per vector, then the experts the ids pick): Q4_0 and Q8_0
-/// experts of 2880 columns (90 units), Q4_K and Q5_K of 2560, 19 rows (not a whole number of workgroups), whole and
+/// experts of 2880 columns (90 units), Q4_K, Q5_K and Q6_K of 2560, 19 rows (not a whole number of workgroups), whole and
 /// split into parts of whole experts; items reading one vector per token (gate/up style, k = 2)
 /// and one vector each (down style, from an unaligned offset); and gate, up and SwiGLU in one
 /// product.
@@ -458,7 +464,13 @@ fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
     let mut rng = Rng::new(23);
     let (experts, rows) = (5usize, 19usize);
     let ids: Vec<u32> = vec![4, 1, 0, 4];
-    for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K] {
+    for dtype in [
+        DType::Q4_0,
+        DType::Q8_0,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ] {
         let cols = int8_cols(dtype)[2];
         let gate = make(dtype, experts * rows, cols, &mut rng);
         let up = make(dtype, experts * rows, cols, &mut rng);

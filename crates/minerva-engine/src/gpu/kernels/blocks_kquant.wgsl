@@ -200,6 +200,39 @@ fn dot_i8_part(row: u32, u: u32, jp: u32, cols: u32, x: XQuant) -> f32 {
     return join_terms(coarse, fine) * (dm.x * sm.x) - x.sum * (dm.y * sm.y);
 }
 #endif
+#ifdef DT_Q6_K
+// Q6_K's 6-bit codes n stand for n − 32: bytes n | 0x80 minus 32 never borrow across bytes, and
+// flipping the top bit back leaves n − 32 as a signed byte, so the dot products need no Σq. The
+// part's two halves (values 4jp.. and 16 + 4jp..) take the sub-block's two 16-value scales.
+fn signed6(low: u32, high: u32) -> u32 {
+    return (((low | (high << 4u)) | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+}
+
+fn dot_i8_part(row: u32, u: u32, jp: u32, cols: u32, x: XQuant) -> f32 {
+    let g = row * (cols / 256u) + u / 8u;
+    let b = g * BLOCK_BYTES;
+    let j = u % 8u;
+    let n = j / 4u;
+    let t = j % 4u;
+    let ql = b + n * 64u + (t & 1u) * 32u;
+    let qh = b + 128u + n * 32u;
+    let nibble = 4u * (t >> 1u);
+    let lo = signed6(
+        (w0_at(ql + 4u * jp) >> nibble) & 0x0F0F0F0Fu,
+        (w0_at(qh + 4u * jp) >> (2u * t)) & 0x03030303u,
+    );
+    let hi = signed6(
+        (w0_at(ql + 16u + 4u * jp) >> nibble) & 0x0F0F0F0Fu,
+        (w0_at(qh + 16u + 4u * jp) >> (2u * t)) & 0x03030303u,
+    );
+    let s = w0_at(b + 192u + n * 8u + 4u * (t / 2u)) >> (16u * (t % 2u));
+    let s0 = f32((bitcast<i32>(s) << 24u) >> 24u);
+    let s1 = f32((bitcast<i32>(s) << 16u) >> 24u);
+    let first = join_terms(dot4I8Packed(lo, x.q.x), dot4I8Packed(lo, x.q.z));
+    let second = join_terms(dot4I8Packed(hi, x.q.y), dot4I8Packed(hi, x.q.w));
+    return (first * s0 + second * s1) * half_scale(g);
+}
+#endif
 #endif
 
 #include "unit.wgsl"
