@@ -64,6 +64,15 @@ fn x_with_zero_unit(cols: usize, rng: &mut Rng) -> Vec<f32> {
     x
 }
 
+/// The weight dtypes whose decode products take int8 x.
+const INT8_DTYPES: [DType; 5] = [
+    DType::Q4_0,
+    DType::Q8_0,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
+
 /// Row lengths the int8 products are checked at: for Q4_0 and Q8_0, 96, 2336 (73 units: rows'
 /// lanes end on different parts of a unit) and 2880 (gpt-oss: 90 units, 360 parts, more than one
 /// workgroup of the quantization); k-quants, whose blocks hold 256 values, 256, 2304 and 2560.
@@ -86,13 +95,7 @@ fn int8_products_match_the_cpu_within_the_quantization_of_x() {
     let mut rng = Rng::new(21);
     // 45 rows: not a multiple of the 4 · (1 to 3) rows of a workgroup.
     let rows = 45;
-    for dtype in [
-        DType::Q4_0,
-        DType::Q8_0,
-        DType::Q4_K,
-        DType::Q5_K,
-        DType::Q6_K,
-    ] {
+    for dtype in INT8_DTYPES {
         for cols in int8_cols(dtype) {
             let s = make(dtype, rows, cols, &mut rng);
             let w_ref = s.reference().unwrap();
@@ -464,13 +467,7 @@ fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
     let mut rng = Rng::new(23);
     let (experts, rows) = (5usize, 19usize);
     let ids: Vec<u32> = vec![4, 1, 0, 4];
-    for dtype in [
-        DType::Q4_0,
-        DType::Q8_0,
-        DType::Q4_K,
-        DType::Q5_K,
-        DType::Q6_K,
-    ] {
+    for dtype in INT8_DTYPES {
         let cols = int8_cols(dtype)[2];
         let gate = make(dtype, experts * rows, cols, &mut rng);
         let up = make(dtype, experts * rows, cols, &mut rng);

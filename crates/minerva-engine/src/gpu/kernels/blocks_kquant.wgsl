@@ -166,28 +166,33 @@ fn load_part(row: u32, u: u32, jp: u32, cols: u32) -> Part {
 // the unit, each term's bytes): code words jp and jp + 4 of the sub-block as bytes (Q5_K's
 // fifth bit joined), their integer dot products with both terms joined in x's steps. A code n
 // stands for n · d · scale − dmin · min, so the part's dot product is d · scale · Σ n·q −
-// dmin · min · Σq. Each term's is at most 8 · 31 · 127 in size, exact as f32.
+// dmin · min · Σq (Q4_K, Q5_K). Each term's is at most 8 · 31 · 127 in size, exact as f32.
+
+// Codes lo (meeting x vec4 jp) and hi (vec4 jp + 4) of sub-block j of the block at b, as bytes,
+// against x, with the block's d, dmin and the sub-block's scale and min.
+fn min_scaled_dot(b: u32, j: u32, lo: u32, hi: u32, x: XQuant) -> f32 {
+    let dm = unpack2x16float(w0_at(b));
+    let sm = scale_min_k4(b + 4u, j);
+    let coarse = dot4I8Packed(lo, x.q.x) + dot4I8Packed(hi, x.q.y);
+    let fine = dot4I8Packed(lo, x.q.z) + dot4I8Packed(hi, x.q.w);
+    return join_terms(coarse, fine) * (dm.x * sm.x) - x.sum * (dm.y * sm.y);
+}
+
 #ifdef DT_Q4_K
 fn dot_i8_part(row: u32, u: u32, jp: u32, cols: u32, x: XQuant) -> f32 {
     let b = (row * (cols / 256u) + u / 8u) * BLOCK_BYTES;
     let j = u % 8u;
-    let dm = unpack2x16float(w0_at(b));
-    let sm = scale_min_k4(b + 4u, j);
     let q = b + 16u + (j / 2u) * 32u;
     let nibble = 4u * (j & 1u);
     let lo = (w0_at(q + 4u * jp) >> nibble) & 0x0F0F0F0Fu;
     let hi = (w0_at(q + 16u + 4u * jp) >> nibble) & 0x0F0F0F0Fu;
-    let coarse = dot4I8Packed(lo, x.q.x) + dot4I8Packed(hi, x.q.y);
-    let fine = dot4I8Packed(lo, x.q.z) + dot4I8Packed(hi, x.q.w);
-    return join_terms(coarse, fine) * (dm.x * sm.x) - x.sum * (dm.y * sm.y);
+    return min_scaled_dot(b, j, lo, hi, x);
 }
 #endif
 #ifdef DT_Q5_K
 fn dot_i8_part(row: u32, u: u32, jp: u32, cols: u32, x: XQuant) -> f32 {
     let b = (row * (cols / 256u) + u / 8u) * BLOCK_BYTES;
     let j = u % 8u;
-    let dm = unpack2x16float(w0_at(b));
-    let sm = scale_min_k4(b + 4u, j);
     let q = b + 48u + (j / 2u) * 32u;
     let nibble = 4u * (j & 1u);
     let h = b + 16u;
@@ -195,9 +200,7 @@ fn dot_i8_part(row: u32, u: u32, jp: u32, cols: u32, x: XQuant) -> f32 {
         | (((w0_at(h + 4u * jp) >> j) & 0x01010101u) << 4u);
     let hi = ((w0_at(q + 16u + 4u * jp) >> nibble) & 0x0F0F0F0Fu)
         | (((w0_at(h + 16u + 4u * jp) >> j) & 0x01010101u) << 4u);
-    let coarse = dot4I8Packed(lo, x.q.x) + dot4I8Packed(hi, x.q.y);
-    let fine = dot4I8Packed(lo, x.q.z) + dot4I8Packed(hi, x.q.w);
-    return join_terms(coarse, fine) * (dm.x * sm.x) - x.sum * (dm.y * sm.y);
+    return min_scaled_dot(b, j, lo, hi, x);
 }
 #endif
 #ifdef DT_Q6_K
