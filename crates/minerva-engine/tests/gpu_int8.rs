@@ -1,5 +1,5 @@
-//! GPU decode products with int8 x (DOT_I8) for Q4_0 and Q8_0 weights against the CPU, within
-//! the quantization of x: one weight, several in one dispatch (reading the MoE combine's
+//! GPU decode products with int8 x (DOT_I8) for Q4_0, Q4_1, Q5_1, Q8_0 and k-quant weights
+//! against the CPU, within the quantization of x: one weight, several in one dispatch (reading the MoE combine's
 //! records too), and expert products.
 
 mod gpu_common;
@@ -65,8 +65,10 @@ fn x_with_zero_unit(cols: usize, rng: &mut Rng) -> Vec<f32> {
 }
 
 /// The weight dtypes whose decode products take int8 x.
-const INT8_DTYPES: [DType; 5] = [
+const INT8_DTYPES: [DType; 7] = [
     DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_1,
     DType::Q8_0,
     DType::Q4_K,
     DType::Q5_K,
@@ -83,7 +85,7 @@ fn int8_cols(dtype: DType) -> [usize; 3] {
     }
 }
 
-/// Q4_0, Q8_0, Q4_K, Q5_K and Q6_K decode products with int8 x (DOT_I8) against the CPU: plain with 1
+/// Decode products with int8 x (DOT_I8) of every dtype that takes it against the CPU: plain with 1
 /// to 3 rows per lane, a bias, a batch of two vectors, the folded norm and residual add.
 #[test]
 fn int8_products_match_the_cpu_within_the_quantization_of_x() {

@@ -84,19 +84,22 @@ fn x_halves(a: vec4<f32>, b: vec4<f32>) -> array<vec2<f16>, 4> {
 }
 #endif
 #else
+// Q4_1's and Q5_1's blocks (20 and 24 bytes) keep their words aligned: one load each.
 fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
     let b = (row * (cols / 32u) + u) * BLOCK_BYTES;
 #ifdef DT_Q4_1
-    let d = w0_f16(b);
-    let m = w0_f16(b + 2u);
-    let q = w0_word(b + 4u + 4u * j);
+    let dm = unpack2x16float(w0[b / 4u]);
+    let d = dm.x;
+    let m = dm.y;
+    let q = w0[b / 4u + 1u + j];
     return Part(lo4(q) * d + m, hi4(q) * d + m);
 #endif
 #ifdef DT_Q5_1
-    let d = w0_f16(b);
-    let m = w0_f16(b + 2u);
-    let h = w0_word(b + 4u);
-    let q = w0_word(b + 8u + 4u * j);
+    let dm = unpack2x16float(w0[b / 4u]);
+    let d = dm.x;
+    let m = dm.y;
+    let h = w0[b / 4u + 1u];
+    let q = w0[b / 4u + 2u + j];
     return Part(
         (lo4(q) + high_bits(h, 4u * j)) * d + m,
         (hi4(q) + high_bits(h, 16u + 4u * j)) * d + m,
@@ -108,6 +111,14 @@ fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
 #ifdef DOT_I8
 // Part j against quantized x (common.wgsl's XQuant: x vec4s j and j + 4 of the unit, each term's
 // bytes), both terms' integer dot products joined in x's steps, times the block's scale.
+
+// Codes as bytes, low (meeting x vec4 j) and high (vec4 j + 4), that stand for n · d + m
+// (dm = (d, m)), against x.
+fn offset_dot(low: u32, high: u32, dm: vec2<f32>, x: XQuant) -> f32 {
+    let coarse = dot4I8Packed(low, x.q.x) + dot4I8Packed(high, x.q.y);
+    let fine = dot4I8Packed(low, x.q.z) + dot4I8Packed(high, x.q.w);
+    return join_terms(coarse, fine) * dm.x + x.sum * dm.y;
+}
 #ifdef DT_Q4_0
 // The nibbles as bytes: the low ones meet x vec4 j, the high ones vec4 j + 4. A nibble n stands
 // for n - 8, so the part's dot product is Σ n·q - 8·Σq. Each term's is at most 8 · 15 · 127 in
@@ -133,6 +144,34 @@ fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
     let coarse = dot4I8Packed(wa, x.q.x) + dot4I8Packed(wb, x.q.y);
     let fine = dot4I8Packed(wa, x.q.z) + dot4I8Packed(wb, x.q.w);
     return join_terms(coarse, fine) * half_scale(g);
+}
+#endif
+#ifdef DT_Q4_1
+// As Q4_0's, but a nibble n stands for n · d + m: the part's dot product is d · Σ n·q + m · Σq.
+fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
+    let w = (row * (cols / 32u) + u) * (BLOCK_BYTES / 4u);
+    let dm = unpack2x16float(w0[w]);
+    let q = w0[w + 1u + j];
+    return offset_dot(q & 0x0F0F0F0Fu, (q >> 4u) & 0x0F0F0F0Fu, dm, x);
+}
+#endif
+#ifdef DT_Q5_1
+// As Q4_1's, with each code's fifth bit (bit 4j + i of qh for the low nibbles' element i, 16 +
+// 4j + i for the high ones') moved into its byte.
+fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
+    let w = (row * (cols / 32u) + u) * (BLOCK_BYTES / 4u);
+    let dm = unpack2x16float(w0[w]);
+    let h = w0[w + 1u];
+    let q = w0[w + 2u + j];
+    let low = (q & 0x0F0F0F0Fu) | (bits_to_bytes((h >> (4u * j)) & 0xFu) << 4u);
+    let high = ((q >> 4u) & 0x0F0F0F0Fu) | (bits_to_bytes((h >> (16u + 4u * j)) & 0xFu) << 4u);
+    return offset_dot(low, high, dm, x);
+}
+
+// Bits 0..3 of `b` as bytes 0..3 of a word (0 or 1 each): the four shifted copies land on
+// disjoint bits, so the product has no carries.
+fn bits_to_bytes(b: u32) -> u32 {
+    return (b * 0x00204081u) & 0x01010101u;
 }
 #endif
 #endif

@@ -552,13 +552,19 @@ impl Ops {
     }
 
     /// Whether int8 products are on and `weights` can take int8 x at all: every weight Q4_0,
-    /// Q8_0, Q4_K, Q5_K or Q6_K, and with `one_x` (GLU) of one dtype.
+    /// Q4_1, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K, and with `one_x` (GLU) of one dtype.
     fn int8_weights(&self, weights: &[&GpuWeight], one_x: bool) -> bool {
         self.int8_products
             && weights.iter().all(|w| {
                 matches!(
                     w.dtype,
-                    DType::Q4_0 | DType::Q8_0 | DType::Q4_K | DType::Q5_K | DType::Q6_K
+                    DType::Q4_0
+                        | DType::Q4_1
+                        | DType::Q5_1
+                        | DType::Q8_0
+                        | DType::Q4_K
+                        | DType::Q5_K
+                        | DType::Q6_K
                 )
             })
             && (!one_x || weights.iter().all(|w| w.dtype == weights[0].dtype))
