@@ -283,14 +283,7 @@ fn experts(c: &mut Criterion, ctx: &GpuContext, ops: &mut Ops, x: &wgpu::Buffer,
     };
     let (gate, up) = (upload(&bytes), upload(&bytes));
     let ids = ctx.storage_with("ids", &[3u32, 17, 8, 30]);
-    let sel = MatSel {
-        matrix: 0,
-        offset: 0,
-        stride: 1,
-        out_dim: rows,
-        in_dim: cols,
-        input_major: false,
-    };
+    let sel = MatSel::plain(rows, cols);
     ops.set_packed_f16(true);
     let variants = [
         // (workgroup, lane groups, parts in flight per lane, x halves)

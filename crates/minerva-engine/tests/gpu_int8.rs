@@ -493,14 +493,7 @@ fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
             };
             let (gw, uw) = (upload(&gate), upload(&up));
             assert_eq!(gw.parts.len(), if split { 3 } else { 1 });
-            let all = MatSel {
-                matrix: 0,
-                offset: 0,
-                stride: 1,
-                out_dim: rows,
-                in_dim: cols,
-                input_major: false,
-            };
+            let all = MatSel::plain(rows, cols);
             let (xb, ib) = (ctx.storage_with("x", &xv), ctx.storage_with("ids", &ids));
             let yb = ctx.storage("y", (ids.len() * rows * 4) as u64);
             let xr = Region::new(&xb, 3, cols as u32);

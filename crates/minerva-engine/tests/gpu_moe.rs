@@ -53,14 +53,7 @@ fn expert_matvec_reads_expert_ids_from_the_gpu() {
             offset: 0,
             expert_stride: rows as u32,
         };
-        let all = MatSel {
-            matrix: 0,
-            offset: 0,
-            stride: 1,
-            out_dim: rows,
-            in_dim: cols,
-            input_major: false,
-        };
+        let all = MatSel::plain(rows, cols);
         let d = ops
             .matvec(
                 &w,

@@ -272,14 +272,7 @@ fn check_packed_experts(name: &str, s: &Stored, x: &[f32], split: bool) {
     let w_ref = s.reference().unwrap();
     let ids: Vec<u32> = vec![4, 1, 0, 4];
     let (xb, ib) = (ctx.storage_with("x", x), ctx.storage_with("ids", &ids));
-    let all = MatSel {
-        matrix: 0,
-        offset: 0,
-        stride: 1,
-        out_dim: rows,
-        in_dim: cols,
-        input_major: false,
-    };
+    let all = MatSel::plain(rows, cols);
     for rows_per_lane in 1..=2 {
         ops.set_rows_per_lane(rows_per_lane);
         let yb = ctx.storage("y", (ids.len() * rows * 4) as u64);

@@ -349,6 +349,13 @@ fn copy_parallel(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8], gather: Gather,
     use rayon::prelude::*;
     const CHUNK: usize = 4 << 20;
     let len = dst.len();
+    if len <= CHUNK {
+        // SAFETY: `dst` is mapped, writable and `len` bytes long while it is borrowed here.
+        let out =
+            unsafe { std::slice::from_raw_parts_mut(dst.as_raw_ptr().cast::<u8>().as_ptr(), len) };
+        gather.copy(src, from, out);
+        return;
+    }
     // An address, so that the closure can cross threads.
     let base = dst.as_raw_ptr().cast::<u8>().as_ptr() as usize;
     (0..len).into_par_iter().step_by(CHUNK).for_each(|o| {

@@ -179,8 +179,8 @@ pub fn decoder_defines(dtype: DType, scale_dtype: Option<DType>) -> Option<Defin
         // One scale per part and no offset: the products apply it once per part (unit.wgsl).
         d.insert("SCALED_PARTS".into(), String::new());
     }
-    if matches!(dtype, DType::Q4_0 | DType::Q8_0 | DType::Q3_K | DType::Q6_K) {
-        // f16 scales apart from the codes (`BlockSplit`).
+    if BlockSplit::of(dtype).is_some_and(BlockSplit::half_scales) {
+        // f16 scales apart from the codes.
         d.insert("HALF_SCALES".into(), String::new());
     }
     if matches!(dtype, DType::MXFP4 | DType::MlxMxfp4 | DType::HfMxfp4) {
@@ -239,6 +239,12 @@ impl BlockSplit {
             BlockSplit::Q3K => (110, (108, 2), (0, 108)),
             BlockSplit::Q6K => (210, (208, 2), (0, 208)),
         }
+    }
+
+    /// Whether the scales held apart are f16 (read by `half_scale`, weights.wgsl): all but
+    /// MXFP4's E8M0 bytes.
+    fn half_scales(self) -> bool {
+        !matches!(self, BlockSplit::Mxfp4)
     }
 
     /// How the codes and the scales are gathered from the blocks (on their way through the

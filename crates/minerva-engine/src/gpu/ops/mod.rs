@@ -87,12 +87,17 @@ pub struct MatSel {
 impl MatSel {
     /// All rows of a 2-D [rows, cols] weight.
     pub fn whole(w: &GpuWeight) -> MatSel {
+        MatSel::plain(w.rows, w.cols)
+    }
+
+    /// Every output of one [out_dim, in_dim] matrix (experts: of the matrix the ids pick).
+    pub fn plain(out_dim: usize, in_dim: usize) -> MatSel {
         MatSel {
             matrix: 0,
             offset: 0,
             stride: 1,
-            out_dim: w.rows,
-            in_dim: w.cols,
+            out_dim,
+            in_dim,
             input_major: false,
         }
     }

@@ -1,6 +1,6 @@
 //! Mixture of experts: routing (`moe_route`), grouping items by expert (`moe_group`), the
-//! expert products (`matvec_glu_experts` for decode and short prompts, `matmul_experts` for longer prompts) and
-//! combining their outputs (`moe_combine`).
+//! expert products (`matvec_glu_experts` for decode and short prompts, `matmul_experts` for
+//! longer prompts) and combining their outputs (`moe_combine`).
 
 use super::products::{multi_weight_entries, with_quantization, x_binding, xq_scales};
 use super::{

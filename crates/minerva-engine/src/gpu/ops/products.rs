@@ -308,11 +308,11 @@ impl Ops {
         } else {
             w.ranges(sel)
         };
+        let rows_per_group = self.shape(halves.is_some(), outputs).1;
         let mut out = Vec::new();
         for r in ranges {
             let part = &w.parts[r.part];
             let rows = (r.j_hi - r.j_lo) as u32;
-            let rows_per_group = self.shape(halves.is_some(), outputs).1;
             let (gx, gy) = grid2(rows.div_ceil(rows_per_group * rpl));
             let params = MatvecParams {
                 rows,
