@@ -51,7 +51,9 @@ fn matrix_core_matmul_matches_the_cpu() {
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(9);
     let (mut cases, mut off) = (0, Vec::new());
-    // 96 outputs: 32 per workgroup; 128: 64 per workgroup (`coop_defines`).
+    // 96 outputs: 32 per workgroup; 128: 64 per workgroup (`coop_defines`), and 64 tokens per
+    // workgroup where a product of 64 or 128 tokens runs whole (`coop_tokens`: rows short
+    // enough not to split).
     for (rows, (dtype, base_cols)) in all_dtypes()
         .into_iter()
         .map(|d| (96, d))
@@ -66,6 +68,8 @@ fn matrix_core_matmul_matches_the_cpu() {
                 (32, true, kernel, Y_ALIGNED),
                 (45, false, kernel, Y_ALIGNED),
                 (100, true, kernel, Y_ALIGNED),
+                (64, false, kernel, Y_ALIGNED),
+                (128, true, kernel, Y_ALIGNED),
                 (45, true, Kernel::Chosen, Y_ODD),
             ];
             for (tokens, with_bias, k, y_at) in runs {

@@ -6,7 +6,7 @@
 //! graph's key, which leaves positions out), so every decode step replays one plan.
 
 use super::buffers::{Buf, Kv, Src};
-use super::context::{GpuContext, GpuOptions, PendingRead};
+use super::context::{GpuContext, GpuOptions, PendingRead, StreamedSubmit};
 use super::error::{GpuError, GpuResult};
 use super::fusion;
 use super::graph::{Graph, MoeTable, Node};
@@ -204,8 +204,10 @@ impl GpuBackend {
     }
 
     /// Plans and encodes the recorded graph (reusing the plan of its shape class), leaving the
-    /// graph empty.
-    fn take_step(&mut self) -> Result<Option<Arc<Encoded>>> {
+    /// graph empty. Returns the step's dispatches and how many of them are already submitted: a
+    /// new shape class sends its dispatches as they are encoded ([`StreamedSubmit`]), so that the
+    /// GPU starts on a prompt of a new length while the host encodes the rest of it.
+    fn take_step(&mut self) -> Result<Option<(Arc<Encoded>, usize)>> {
         if self.graph.is_empty() {
             return Ok(None);
         }
@@ -219,10 +221,16 @@ impl GpuBackend {
                 p
             }
         };
-        let enc = match self.encoded.get(&key) {
-            Some(e) => e.clone(),
+        let planned = started.elapsed();
+        let (enc, sent) = match self.encoded.get(&key) {
+            Some(e) => (e.clone(), 0),
             None => {
-                let per = match self.encode(&self.graph, &plan) {
+                let mut stream = StreamedSubmit::default();
+                let ctx = self.ctx.clone();
+                let per = self.encode(&self.graph, &plan, &mut |kernels| {
+                    stream.offer(kernels, |list| Ok(ctx.submit(list)?))
+                });
+                let per = match per {
                     Ok(per) => per,
                     Err(e) => {
                         // The step cannot run; the next starts from an empty graph.
@@ -235,13 +243,19 @@ impl GpuBackend {
                     dispatches: per.into_iter().flatten().map(Arc::new).collect(),
                 });
                 self.encoded.insert(key, e.clone());
-                // A new shape class (a prompt of a new length) pays this before its first step.
+                // A new shape class (a prompt of a new length) pays this on the host, and from
+                // its first submitted piece on the GPU works alongside.
                 if super::profile::timing_asked() {
-                    let ms = started.elapsed().as_secs_f64() * 1e3;
-                    let n = e.dispatches.len();
-                    eprintln!("step: {n} dispatches planned and encoded in {ms:.1} ms");
+                    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                    eprintln!(
+                        "step: {} dispatches planned in {:.1} ms, encoded and {} of them submitted in {:.1} ms",
+                        e.dispatches.len(),
+                        ms(planned),
+                        stream.sent,
+                        ms(started.elapsed() - planned)
+                    );
                 }
-                e
+                (e, stream.sent)
             }
         };
         let len = self.graph.nodes.len();
@@ -250,14 +264,16 @@ impl GpuBackend {
         self.step_users = false;
         self.ids_users = false;
         self.sample_users = false;
-        Ok(Some(enc))
+        Ok(Some((enc, sent)))
     }
 
     /// Sends the recorded work to the GPU (no wait).
     pub(super) fn flush(&mut self) -> Result<()> {
-        if let Some(enc) = self.take_step()? {
-            let list: Vec<&Dispatch> = enc.dispatches.iter().map(|d| d.as_ref()).collect();
-            self.ctx.submit(&list)?;
+        if let Some((enc, sent)) = self.take_step()? {
+            let list: Vec<&Dispatch> = enc.dispatches[sent..].iter().map(|d| d.as_ref()).collect();
+            if !list.is_empty() {
+                self.ctx.submit(&list)?;
+            }
         }
         Ok(())
     }
@@ -273,7 +289,7 @@ impl GpuBackend {
         let enc = self.take_step()?;
         let list: Vec<&Dispatch> = enc
             .iter()
-            .flat_map(|e| e.dispatches.iter().map(|d| d.as_ref()))
+            .flat_map(|(e, sent)| e.dispatches[*sent..].iter().map(|d| d.as_ref()))
             .collect();
         let mut regions = Vec::new();
         for (src, off, bytes) in reads {

@@ -651,18 +651,29 @@ pub struct PendingRead {
     encode: std::time::Duration,
 }
 
+/// Dispatches in a step's first command buffer: few, so that the GPU starts early.
+const FIRST_PIECE: usize = 16;
+/// Dispatches in its later command buffers at most (each submit costs the host some tens of
+/// µs).
+const LAST_PIECE: usize = 64;
+
+/// The size of the command buffer after one of `n` dispatches.
+fn next_piece(n: usize) -> usize {
+    (n * 2).min(LAST_PIECE)
+}
+
 /// How many dispatches each command buffer of a step holds: a small first piece so that the GPU
-/// starts early, then larger ones (each submit costs the host some tens of µs). Always at least
-/// one piece, so that a step without dispatches still carries its copies.
+/// starts early, then larger ones. Always at least one piece, so that a step without dispatches
+/// still carries its copies.
 pub fn submit_sizes(dispatches: usize) -> Vec<usize> {
     let mut sizes = Vec::new();
     let mut left = dispatches;
-    let mut next = 16;
+    let mut next = FIRST_PIECE;
     while left > 0 {
         let n = next.min(left);
         sizes.push(n);
         left -= n;
-        next = (next * 2).min(64);
+        next = next_piece(next);
     }
     if sizes.is_empty() {
         sizes.push(0);
@@ -670,9 +681,81 @@ pub fn submit_sizes(dispatches: usize) -> Vec<usize> {
     sizes
 }
 
+/// Sends a step's dispatches while the rest of it is still being encoded, in pieces of the sizes
+/// `submit_sizes` gives (each piece whole kernels, so a piece may be a little larger).
+#[derive(Debug)]
+pub struct StreamedSubmit {
+    /// Dispatches submitted so far.
+    pub sent: usize,
+    next: usize,
+}
+
+impl Default for StreamedSubmit {
+    fn default() -> Self {
+        StreamedSubmit {
+            sent: 0,
+            next: FIRST_PIECE,
+        }
+    }
+}
+
+impl StreamedSubmit {
+    /// Given every kernel encoded so far, submits the dispatches past those already sent once
+    /// there are a piece's worth.
+    pub fn offer<T, E>(
+        &mut self,
+        kernels: &[Vec<T>],
+        submit: impl FnOnce(&[&T]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let total: usize = kernels.iter().map(Vec::len).sum();
+        if total - self.sent < self.next {
+            return Ok(());
+        }
+        let list: Vec<&T> = kernels.iter().flatten().skip(self.sent).collect();
+        submit(&list)?;
+        self.sent = total;
+        self.next = next_piece(self.next);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::scratch_size;
+    use super::{scratch_size, submit_sizes, StreamedSubmit};
+
+    #[test]
+    fn a_streamed_step_sends_each_dispatch_once_in_growing_pieces() {
+        // Kernels of 1 to 5 dispatches, numbered in order, offered after each is encoded.
+        let mut kernels: Vec<Vec<usize>> = Vec::new();
+        let mut stream = StreamedSubmit::default();
+        let mut sent = Vec::new();
+        let mut pieces = Vec::new();
+        let mut next = 0;
+        for k in 0..120 {
+            kernels.push((next..next + 1 + k % 5).collect());
+            next += 1 + k % 5;
+            stream
+                .offer(&kernels, |list: &[&usize]| {
+                    pieces.push(list.len());
+                    sent.extend(list.iter().copied().copied());
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+        }
+        assert_eq!(stream.sent, sent.len());
+        assert_eq!(
+            sent,
+            (0..sent.len()).collect::<Vec<_>>(),
+            "in order, each once"
+        );
+        let rest = next - stream.sent;
+        assert!(rest < 64, "at most a piece is left for the caller: {rest}");
+        // Whole kernels at a time: each piece is at least its planned size and under 5 more.
+        for (got, want) in pieces.iter().zip(submit_sizes(next)) {
+            assert!(*got >= want && *got < want + 5, "{pieces:?}");
+        }
+        assert_eq!(pieces[0], 16, "{pieces:?}");
+    }
 
     #[test]
     fn scratch_sizes_cover_the_request_and_waste_at_most_an_eighth() {

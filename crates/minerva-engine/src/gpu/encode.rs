@@ -26,8 +26,14 @@ fn bad(what: String) -> EngineError {
 }
 
 impl GpuBackend {
-    /// The dispatches of each kernel of `plan`, in order.
-    pub(super) fn encode(&self, g: &Graph, plan: &Plan) -> Result<Vec<Vec<Dispatch>>> {
+    /// The dispatches of each kernel of `plan`, in order. `encoded` sees the kernels encoded so
+    /// far after each one, so that a caller can send them to the GPU while the rest encode.
+    pub(super) fn encode(
+        &self,
+        g: &Graph,
+        plan: &Plan,
+        encoded: &mut dyn FnMut(&[Vec<Dispatch>]) -> Result<()>,
+    ) -> Result<Vec<Vec<Dispatch>>> {
         // Records a kernel writes for a later one, by the writer's index.
         let mut records: HashMap<usize, XRecords> = HashMap::new();
         let mut out = Vec::with_capacity(plan.kernels.len());
@@ -148,6 +154,7 @@ impl GpuBackend {
                 }
             };
             out.push(d);
+            encoded(&out)?;
         }
         Ok(out)
     }

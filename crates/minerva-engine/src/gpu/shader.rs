@@ -419,6 +419,24 @@ mod tests {
         ];
         biased.extend(stores);
         assert_eq!(coop(64, true), biased);
+        // 64 rows × 64 tokens: two more input loads and eight more stores.
+        let wide = |bias: bool| {
+            let (mut d, per_group) = super::super::ops::coop_defines(64, bias);
+            assert_eq!(super::super::ops::coop_tokens(&mut d, per_group, 64), 64);
+            matrix_accesses(&spirv("matmul_coop.wgsl", &d))
+        };
+        plain.truncate(6);
+        plain.extend([column, column]);
+        plain.extend([store; 16]);
+        assert_eq!(wide(false), plain);
+        biased.truncate(10);
+        biased.extend([column, column]);
+        biased.extend([store; 16]);
+        assert_eq!(wide(true), biased);
+        let (mut d, per_group) = super::super::ops::coop_defines(32, false);
+        assert_eq!(super::super::ops::coop_tokens(&mut d, per_group, 64), 32);
+        let (mut d, per_group) = super::super::ops::coop_defines(64, false);
+        assert_eq!(super::super::ops::coop_tokens(&mut d, per_group, 96), 32);
         // Mixture-of-experts prefill: the plain kernel's accesses, behind its tile's exit.
         for rows in [32, 64] {
             let (mut d, _) = super::super::ops::coop_defines(rows, false);

@@ -3,7 +3,8 @@
 // it wrote (coop_weights.wgsl, coop_inputs.wgsl), accumulated in f32. Each workgroup is one
 // 32-lane subgroup and computes ROWS rows × 32 tokens: 2 × 2 accumulators of 16 × 16, or with
 // ROWS64 (ROWS 64) 4 × 2, each input matrix it loads serving every row block (twice the
-// multiplies per input load; entry 64 of benches/GPU.md).
+// multiplies per input load; entry 64 of benches/GPU.md), and with ROWS64 and TOKENS64 64 rows ×
+// 64 tokens, 4 × 4 (each weight matrix serving four token blocks too; entry 89).
 // Nothing is shared through workgroup memory and nothing waits at a barrier: naga 30 declares
 // the Vulkan memory model for modules with cooperative matrices without marking workgroup
 // accesses and barriers for it (gfx-rs/wgpu#8805), so values shared between invocations of one
@@ -51,7 +52,11 @@ struct Params {
 
 // One workgroup's 32 tokens × ROWS rows, its weight matrix at w_base of w16.
 fn block(wid: vec3<u32>, w_base: u32) {
+#ifdef TOKENS64
+    let tok0 = wid.x * 64u;
+#else
     let tok0 = wid.x * 32u;
+#endif
     let k_first = wid.z * p.k_split;
     let row0 = wid.y * ROWS;
     // c<row block><token block>, started from the bias.
@@ -85,6 +90,18 @@ fn block(wid: vec3<u32>, w_base: u32) {
     let a2 = a1 + 16u * p.k;
     let a3 = a2 + 16u * p.k;
 #endif
+#ifdef TOKENS64
+    var c02 = c0;
+    var c03 = c0;
+    var c12 = c1;
+    var c13 = c1;
+    var c22 = c2;
+    var c23 = c2;
+    var c32 = c3;
+    var c33 = c3;
+    let b2 = b1 + 16u * p.k;
+    let b3 = b2 + 16u * p.k;
+#endif
     let k_end = min(k_first + p.k_split, p.k);
     for (var k = k_first; k < k_end; k += 16u) {
         let w0 = coopLoadT<coop_mat16x16<f16, A>>(&w16[a0 + k], p.k);
@@ -102,6 +119,18 @@ fn block(wid: vec3<u32>, w_base: u32) {
         c21 = coopMultiplyAdd(w2, x1, c21);
         c30 = coopMultiplyAdd(w3, x0, c30);
         c31 = coopMultiplyAdd(w3, x1, c31);
+#endif
+#ifdef TOKENS64
+        let x2 = coopLoad<coop_mat16x16<f16, B>>(&x16[b2 + k], p.k);
+        let x3 = coopLoad<coop_mat16x16<f16, B>>(&x16[b3 + k], p.k);
+        c02 = coopMultiplyAdd(w0, x2, c02);
+        c03 = coopMultiplyAdd(w0, x3, c03);
+        c12 = coopMultiplyAdd(w1, x2, c12);
+        c13 = coopMultiplyAdd(w1, x3, c13);
+        c22 = coopMultiplyAdd(w2, x2, c22);
+        c23 = coopMultiplyAdd(w2, x3, c23);
+        c32 = coopMultiplyAdd(w3, x2, c32);
+        c33 = coopMultiplyAdd(w3, x3, c33);
 #endif
     }
     // Every index and the stride named: naga 30 does not emit expressions written inside a
@@ -124,6 +153,24 @@ fn block(wid: vec3<u32>, w_base: u32) {
     coopStore(c21, &y[y21], ys);
     coopStore(c30, &y[y30], ys);
     coopStore(c31, &y[y31], ys);
+#endif
+#ifdef TOKENS64
+    let y02 = y01 + 16u * ys;
+    let y03 = y02 + 16u * ys;
+    let y12 = y02 + 16u;
+    let y13 = y03 + 16u;
+    let y22 = y02 + 32u;
+    let y23 = y03 + 32u;
+    let y32 = y02 + 48u;
+    let y33 = y03 + 48u;
+    coopStore(c02, &y[y02], ys);
+    coopStore(c03, &y[y03], ys);
+    coopStore(c12, &y[y12], ys);
+    coopStore(c13, &y[y13], ys);
+    coopStore(c22, &y[y22], ys);
+    coopStore(c23, &y[y23], ys);
+    coopStore(c32, &y[y32], ys);
+    coopStore(c33, &y[y33], ys);
 #endif
 }
 

@@ -101,6 +101,20 @@ pub fn coop_defines(rows: u32, bias: bool) -> (Defines, u32) {
     (d, per_group)
 }
 
+/// The tokens each workgroup of a whole (not split) matrix-core product computes over `tokens`
+/// tokens (a multiple of `COOP_BLOCK`), with `d` and `per_group` from `coop_defines`: 64 where
+/// the workgroup computes 64 rows and 64 divides the tokens, so that each weight matrix loaded
+/// serves four blocks of tokens (`TOKENS64`; tinyllama prefill-512 +5.6 %, benches/GPU.md
+/// entries 65 and 89), else 32.
+pub fn coop_tokens(d: &mut Defines, per_group: u32, tokens: u32) -> u32 {
+    if per_group == 2 * COOP_BLOCK && tokens.is_multiple_of(2 * COOP_BLOCK) {
+        d.insert("TOKENS64".into(), String::new());
+        2 * COOP_BLOCK
+    } else {
+        COOP_BLOCK
+    }
+}
+
 /// Largest f16 copy of a weight the matrix-core product makes at once (bytes): larger products
 /// (a vocabulary projection over every token of a prompt) decode and multiply their outputs in
 /// chunks of this size.
@@ -325,7 +339,8 @@ impl Ops {
                 out.extend(self.coop_split_product(&w16, &x16, y_part, part_bias, at)?);
                 continue;
             }
-            let (d, per_group) = coop_defines(n, bias.is_some());
+            let (mut d, per_group) = coop_defines(n, bias.is_some());
+            let per_token_group = coop_tokens(&mut d, per_group, t);
             let pipe = self.pipeline("matmul_coop.wgsl", &d, "main")?;
             let params = CoopParams {
                 rows: n,
@@ -342,7 +357,7 @@ impl Ops {
             if let Some(b) = &block {
                 entries.push((4, b));
             }
-            let grid = [t / COOP_BLOCK, n / per_group, 1];
+            let grid = [t / per_token_group, n / per_group, 1];
             out.push(self.dispatch(pipe, &entries, grid));
         }
         if split.is_none() && tokens > t {

@@ -29,7 +29,9 @@ mod select;
 pub use attention::{AttnShape, KvCache, Rotary, ATTN_CHUNK};
 pub use attention_coop::{CACHE_SLACK, SCORES_BYTES};
 pub use elementwise::Eltwise;
-pub use matmul::{coop_defines, MatmulTile, COOP_BLOCK, COOP_WEIGHT_BYTES, MATMUL_TOKENS};
+pub use matmul::{
+    coop_defines, coop_tokens, MatmulTile, COOP_BLOCK, COOP_WEIGHT_BYTES, MATMUL_TOKENS,
+};
 pub use moe::{moe_grouped, moe_max_tiles, ExpertSel, ExpertTiles, MOE_GROUPED_ITEMS};
 pub use moe_coop::{EXPERT_CHUNK_BYTES, MOE_COOP_TILES};
 pub use products::Multi;
@@ -667,7 +669,11 @@ impl Ops {
         if decoders.is_empty() && self.ctx.caps.matrix_cores {
             jobs.push(single("coop_inputs.wgsl", Defines::new()));
             for rows in [COOP_BLOCK, 2 * COOP_BLOCK] {
-                jobs.push(single("matmul_coop.wgsl", coop_defines(rows, false).0));
+                let (mut d, per_group) = coop_defines(rows, false);
+                jobs.push(single("matmul_coop.wgsl", d.clone()));
+                if coop_tokens(&mut d, per_group, 2 * COOP_BLOCK) > COOP_BLOCK {
+                    jobs.push(single("matmul_coop.wgsl", d));
+                }
             }
             for entry in ["scores", "values"] {
                 jobs.push(("attention_coop.wgsl", Defines::new(), Vec::new(), entry));
