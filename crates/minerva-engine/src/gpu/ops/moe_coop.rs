@@ -11,10 +11,21 @@ use crate::gpu::shader::{defines, Defines};
 use crate::gpu::weights::GpuWeight;
 use bytemuck::{Pod, Zeroable};
 
-/// Most bytes of experts' f16 matrices one step of the matrix-core expert product decodes: 8 of
-/// gpt-oss-20b's (16.6 MB each), so that each product dispatch has a quarter of the tiles to
-/// run (4 experts at a time left the GPU half idle); a 128 MiB scratch buffer while prompts run.
-pub const EXPERT_CHUNK_BYTES: u64 = 128 << 20;
+/// Most bytes of experts' f16 matrices one step of the matrix-core expert product decodes: 16 of
+/// gpt-oss-20b's (16.6 MB each), so that each product dispatch has half of the tiles to run (4
+/// experts at a time left the GPU half idle; 16 instead of 8 made its prompts 4–8 % faster,
+/// benches/GPU.md entry 91); a 256 MiB scratch buffer while prompts run.
+pub const EXPERT_CHUNK_BYTES: u64 = 256 << 20;
+/// Most rows one dispatch decodes (its grid's y; wgpu's default limit per dimension).
+const MAX_DECODED_ROWS: u64 = 65535;
+
+/// Experts whose f16 matrices of `per_expert` bytes and `rows` rows one chunk decodes: as many
+/// as `bytes` holds and one dispatch's grid allows, at least one.
+fn experts_per_chunk(bytes: u64, per_expert: u64, rows: u32) -> usize {
+    (bytes / per_expert.max(1))
+        .min(MAX_DECODED_ROWS / rows.max(1) as u64)
+        .max(1) as usize
+}
 
 /// Entries of the uniform tile list the matrix-core expert product reads (MOE_COOP_TILES in
 /// matmul_coop.wgsl): 64 KiB, the smallest uniform binding limit adapters offer.
@@ -84,7 +95,8 @@ impl Ops {
         let k = cols.div_ceil(32) * 32;
         let slots = e.max_tiles * MATMUL_TOKENS;
         let per_expert = rows as u64 * k as u64 * 2;
-        let chunk = (self.expert_chunk_bytes / per_expert).max(1) as usize;
+        let most = self.expert_chunk_bytes.min(self.ctx.caps.max_binding);
+        let chunk = experts_per_chunk(most, per_expert, rows);
         let x16 = self.scratch_buffer("coop expert inputs", slots as u64 * k as u64 * 2);
         let products = self.scratch_buffer("coop expert products", slots as u64 * rows as u64 * 4);
         let w16 = self.scratch_buffer("coop weights", chunk as u64 * per_expert);
@@ -190,5 +202,22 @@ impl Ops {
         }
         out.push(self.dispatch(pipe, &entries, [rows.div_ceil(64), slots, 1]));
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_of_experts_fits_its_bytes_and_one_dispatch() {
+        // gpt-oss-20b: 2,880 × 2,880 f16 matrices of 16.6 MB.
+        let per = 2880 * 2880 * 2;
+        assert_eq!(experts_per_chunk(EXPERT_CHUNK_BYTES, per, 2880), 16);
+        assert_eq!(experts_per_chunk(128 << 20, per, 2880), 8);
+        // 512 MiB would hold 32, but 32 × 2,880 rows is past a grid's 65,535.
+        assert_eq!(experts_per_chunk(512 << 20, per, 2880), 22);
+        // A matrix larger than the bytes still goes one at a time.
+        assert_eq!(experts_per_chunk(1 << 20, per, 2880), 1);
     }
 }
