@@ -12,8 +12,8 @@ use minerva_engine::cpu::route;
 use minerva_engine::gpu::ops::MATMUL_TOKENS;
 use minerva_engine::gpu::ops::MOE_COOP_TILES;
 use minerva_engine::gpu::{
-    moe_max_tiles, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext, GpuWeight, MatSel,
-    NormFold, Ops, Region,
+    moe_max_tiles, moe_tile_pairs, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext,
+    GpuWeight, MatSel, NormFold, Ops, Region,
 };
 use minerva_formats::DType;
 use std::sync::Arc;
@@ -113,9 +113,18 @@ fn expert_ids(tokens: usize, all_one: bool, rng: &mut Rng) -> Vec<u32> {
 }
 
 /// Checks the grouping of `ids`: every item listed once, each tile within one expert's items
-/// and at most a tile long.
-fn check_groups(ids: &[u32], order: &[u32], tiles: &[u32], tile_tokens: u32) {
+/// and at most a tile long; with `pairs`, tiles 2i and 2i + 1 of one expert, the second empty
+/// where the first is.
+fn check_groups(ids: &[u32], order: &[u32], tiles: &[u32], tile_tokens: u32, pairs: bool) {
     let mut seen = vec![0; ids.len()];
+    if pairs {
+        for pair in tiles.chunks(8) {
+            let (a, b) = (&pair[..4], &pair[4..]);
+            if b[2] > 0 {
+                assert!(a[2] > 0 && a[0] == b[0], "pair {pair:?} spans experts");
+            }
+        }
+    }
     for t in tiles.chunks(4) {
         let (e, first, count) = (t[0], t[1] as usize, t[2]);
         assert!(count <= tile_tokens, "tile {t:?} too long");
@@ -185,6 +194,7 @@ fn grouped_expert_matmul_matches_the_cpu() {
                     &ctx.read_u32(&ob, 0, items).unwrap(),
                     &ctx.read_u32(&tb, 0, max_tiles as usize * 4).unwrap(),
                     MATMUL_TOKENS,
+                    moe_tile_pairs(items as u32, experts as u32),
                 );
                 for x_div in [k, 1] {
                     let x = rng.vec(items / x_div * cols);
@@ -205,6 +215,7 @@ fn grouped_expert_matmul_matches_the_cpu() {
                                 order: &ob,
                                 tiles: &tb,
                                 max_tiles,
+                                pairs: moe_tile_pairs(items as u32, experts as u32),
                                 x_div: x_div as u32,
                             },
                         )
@@ -294,7 +305,8 @@ fn grouped_expert_matmul_on_matrix_cores_matches_the_cpu() {
                 ..sel
             };
             let bb = ctx.storage_with("bias", &bias);
-            for tokens in [40, 130] {
+            // 300 tokens: the tiles in pairs, 64 tokens per matrix-core workgroup.
+            for tokens in [40, 130, 300] {
                 let items = tokens * k;
                 // Expert 5 is never picked.
                 let ids: Vec<u32> = (0..items).map(|_| rng.below(5) as u32).collect();
@@ -327,6 +339,7 @@ fn grouped_expert_matmul_on_matrix_cores_matches_the_cpu() {
                         order: &ob,
                         tiles: &tb,
                         max_tiles,
+                        pairs: moe_tile_pairs(items as u32, experts as u32),
                         x_div: x_div as u32,
                     };
                     let d = if coop {

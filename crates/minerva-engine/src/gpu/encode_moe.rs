@@ -154,6 +154,7 @@ impl GpuBackend {
                         order,
                         tiles,
                         max_tiles,
+                        pairs: super::ops::moe_tile_pairs(items as u32, experts as u32),
                         x_div,
                     };
                     // The tile list is bound as a uniform of MOE_COOP_TILES entries.

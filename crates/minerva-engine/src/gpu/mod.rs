@@ -24,8 +24,8 @@ pub use backend::GpuBackend;
 pub use context::{Capabilities, GpuContext, GpuOptions};
 pub use error::{GpuError, GpuResult};
 pub use ops::{
-    moe_max_tiles, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, KvCache, MatSel,
-    MatmulTile, Multi, NormFold, Ops, Region, Step, HALVES_SHAPE, IN_FLIGHT, PRODUCT_SHAPE,
-    SCORES_BYTES, SMALL_PRODUCT,
+    moe_max_tiles, moe_tile_pairs, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds,
+    KvCache, MatSel, MatmulTile, Multi, NormFold, Ops, Region, Step, HALVES_SHAPE, IN_FLIGHT,
+    PRODUCT_SHAPE, SCORES_BYTES, SMALL_PRODUCT,
 };
 pub use weights::GpuWeight;

@@ -23,7 +23,9 @@
 // With EXPERTS (mixture-of-experts prefill, moe_coop.wgsl) block x is tile x of moe.wgsl's
 // `group`: its 32 token slots hold that tile's items, gathered; w16 holds the decoded matrices of
 // experts first_expert .. first_expert + experts, one after the other; a tile of another expert,
-// or an empty one, exits at once.
+// or an empty one, exits at once. With TOKENS64 block x is the pair of tiles 2x and 2x + 1 of one
+// expert (moe.wgsl's `tile_pairs`), its second tile possibly empty: whatever its slots hold,
+// each token's outputs depend on that token's inputs only, and no empty slot is scattered.
 enable f16;
 enable wgpu_cooperative_matrix;
 
@@ -177,7 +179,11 @@ fn block(wid: vec3<u32>, w_base: u32) {
 @compute @workgroup_size(32)
 fn main(@builtin(workgroup_id) wid: vec3<u32>) {
 #ifdef EXPERTS
+#ifdef TOKENS64
+    let tile = tiles[2u * wid.x];
+#else
     let tile = tiles[wid.x];
+#endif
     if (tile.z > 0u && tile.x >= p.first_expert && tile.x < p.first_expert + p.experts) {
         block(wid, (tile.x - p.first_expert) * p.rows * p.k);
     }

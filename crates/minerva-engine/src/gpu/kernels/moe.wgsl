@@ -3,7 +3,9 @@
 //            (over the chosen k when `renorm` is set, else over all experts).
 //   group    prefill: the tokens·k (token, slot) items sorted by expert, in tiles of at most
 //            `tile_tokens` items of one expert for the grouped expert products (matmul.wgsl
-//            with EXPERTS).
+//            with EXPERTS); with `tile_pairs` 2 each expert's tiles come in pairs (the second
+//            possibly empty), so that every pair starts at an even tile and one matrix-core
+//            workgroup can take both (matmul_coop.wgsl with TOKENS64).
 //   combine  y[t] = Σ_s weight[t·k + s] · expert_out[t·k + s]; with RESIDUAL also added into
 //            `resid` (the residual stream), so that no add of its own follows. XQ_NORM_OUT (with
 //            RESIDUAL, one token, n a multiple of 32) also writes the new residual times the next
@@ -24,6 +26,10 @@ struct Params {
     norm_offset: u32, // XQ_NORM_OUT: where the norm's weights start in norm_w
     xq_scales: u32,  // XQ_NORM_OUT: where the records' scales and Σx² start in xq (vec4s)
     xq_sq: u32,
+    tile_pairs: u32, // group: 2 for tiles in pairs, else 1
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -128,7 +134,8 @@ fn group(@builtin(local_invocation_index) e: u32) {
     }
     workgroupBarrier();
     let count = atomicLoad(&counts[e]);
-    let own = vec2<u32>(count, (count + p.tile_tokens - 1u) / p.tile_tokens);
+    let per = p.tile_tokens * p.tile_pairs;
+    let own = vec2<u32>(count, (count + per - 1u) / per * p.tile_pairs);
     // Inclusive prefix sums of (items, tiles) over the experts.
     scan[e] = own;
     workgroupBarrier();
@@ -150,7 +157,8 @@ fn group(@builtin(local_invocation_index) e: u32) {
         order[scan[x].x - 1u - atomicAdd(&counts[x], 1u)] = i;
     }
     for (var j = 0u; j < own.y; j++) {
-        let at = first.x + j * p.tile_tokens;
+        // A pair's empty second tile starts at the end of the expert's items.
+        let at = min(first.x + j * p.tile_tokens, first.x + count);
         tiles[first.y + j] = vec4<u32>(e, at, min(p.tile_tokens, first.x + count - at), 0u);
     }
     for (var g = scan[MAX_EXPERTS - 1u].y + e; g < p.max_tiles; g += MAX_EXPERTS) {

@@ -32,7 +32,9 @@ pub use elementwise::Eltwise;
 pub use matmul::{
     coop_defines, coop_tokens, MatmulTile, COOP_BLOCK, COOP_WEIGHT_BYTES, MATMUL_TOKENS,
 };
-pub use moe::{moe_grouped, moe_max_tiles, ExpertSel, ExpertTiles, MOE_GROUPED_ITEMS};
+pub use moe::{
+    moe_grouped, moe_max_tiles, moe_tile_pairs, ExpertSel, ExpertTiles, MOE_GROUPED_ITEMS,
+};
 pub use moe_coop::{EXPERT_CHUNK_BYTES, MOE_COOP_TILES};
 pub use products::Multi;
 pub use select::{select_scratch_len, SampleParams};
@@ -725,8 +727,15 @@ impl Ops {
         }
         // Mixture-of-experts prompts on matrix cores (moe_coop.rs), after every dense kernel.
         if decoders.is_empty() && self.ctx.caps.matrix_cores {
-            for rows in [COOP_BLOCK, 2 * COOP_BLOCK] {
-                let mut d = coop_defines(rows, false).0;
+            for (rows, pairs) in [
+                (COOP_BLOCK, false),
+                (2 * COOP_BLOCK, false),
+                (2 * COOP_BLOCK, true),
+            ] {
+                let (mut d, per_group) = coop_defines(rows, false);
+                if pairs {
+                    coop_tokens(&mut d, per_group, 2 * COOP_BLOCK);
+                }
                 d.insert("EXPERTS".into(), String::new());
                 d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
                 jobs.push(single("matmul_coop.wgsl", d));

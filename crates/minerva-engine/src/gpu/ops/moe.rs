@@ -48,6 +48,8 @@ pub struct ExpertTiles<'a> {
     pub tiles: &'a wgpu::Buffer,
     /// Tiles launched: `moe_max_tiles` of the item and expert counts.
     pub max_tiles: u32,
+    /// Whether the tiles come in pairs (`moe_tile_pairs`).
+    pub pairs: bool,
     /// Item i reads input vector i / x_div (k for gate/up, 1 for down).
     pub x_div: u32,
 }
@@ -56,11 +58,21 @@ pub struct ExpertTiles<'a> {
 const MOE_MAX_EXPERTS: u32 = 256;
 const MOE_MAX_K: u32 = 32;
 
+/// Whether `moe_group` lists the tiles of `items` items over `experts` experts in pairs: where
+/// the experts average at least 48 items, so that most of them fill more than one tile and a
+/// matrix-core workgroup of 64 tokens (`TOKENS64`) loads each weight matrix for two tiles.
+pub fn moe_tile_pairs(items: u32, experts: u32) -> bool {
+    items >= 48 * experts
+}
+
 /// Tiles of `MATMUL_TOKENS` that `items` items grouped by expert can need at most: each expert
-/// with items rounds up once, and each tile holds at least one item.
+/// with items rounds up once (to a whole pair where `moe_tile_pairs`), and each tile (pair)
+/// holds at least one item.
 pub fn moe_max_tiles(items: u32, experts: u32) -> u32 {
     let busy = experts.min(items);
-    ((items + busy * (MATMUL_TOKENS - 1)) / MATMUL_TOKENS).min(items)
+    let per = if moe_tile_pairs(items, experts) { 2 } else { 1 };
+    let span = per * MATMUL_TOKENS;
+    ((items + busy * (span - 1)) / span).min(items) * per
 }
 
 #[repr(C)]
@@ -78,6 +90,8 @@ struct MoeParams {
     norm_offset: u32,
     xq_scales: u32,
     xq_sq: u32,
+    tile_pairs: u32,
+    _pad: [u32; 3],
 }
 
 impl Ops {
@@ -271,6 +285,11 @@ impl Ops {
             tokens,
             tile_tokens: MATMUL_TOKENS,
             max_tiles: moe_max_tiles(tokens * k, experts),
+            tile_pairs: if moe_tile_pairs(tokens * k, experts) {
+                2
+            } else {
+                1
+            },
             ..Zeroable::zeroed()
         };
         let ub = self.ctx.uniform("group params", &params);
@@ -369,5 +388,57 @@ impl Ops {
     /// one token, whole units of 32.
     fn combine_writes_records(&self, n: u32, tokens: u32) -> bool {
         self.int8_products && tokens == 1 && n.is_multiple_of(32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tiles `moe.wgsl`'s `group` lists for per-expert item counts.
+    fn listed(counts: &[u32], pairs: bool) -> u32 {
+        let per = if pairs { 2 } else { 1 };
+        let span = per * MATMUL_TOKENS;
+        counts.iter().map(|c| c.div_ceil(span) * per).sum()
+    }
+
+    #[test]
+    fn the_tile_bound_covers_every_grouping_in_pairs_or_not() {
+        let mut seed = 7u64;
+        let mut next = |n: u32| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) % n as u64) as u32
+        };
+        for (items, experts) in [(64, 32), (548, 32), (2048, 32), (600, 6), (260, 5), (97, 3)] {
+            let pairs = moe_tile_pairs(items, experts);
+            let bound = moe_max_tiles(items, experts);
+            assert!(
+                !pairs || bound.is_multiple_of(2),
+                "{items} items: {bound} tiles"
+            );
+            for spread in [1, 2, experts] {
+                let mut counts = vec![0; experts as usize];
+                for _ in 0..items {
+                    counts[next(spread) as usize] += 1;
+                }
+                let n = listed(&counts, pairs);
+                assert!(
+                    n <= bound,
+                    "{items} items over {spread}: {n} > {bound} tiles"
+                );
+            }
+            // Busy experts one item past a whole span each: the most tiles.
+            let span = if pairs { 64 } else { 32 };
+            let worst = (items / (span + 1)).min(experts);
+            let mut counts = vec![0; experts as usize];
+            for c in counts.iter_mut().take(worst as usize) {
+                *c = span + 1;
+            }
+            counts[0] += items - worst * (span + 1);
+            assert!(listed(&counts, pairs) <= bound, "{items} items, worst case");
+        }
+        assert!(moe_tile_pairs(2048, 32) && !moe_tile_pairs(548, 32));
     }
 }

@@ -3,7 +3,9 @@
 //! (coop_weights.wgsl) and multiplied on matrix cores tile by tile (matmul_coop.wgsl with
 //! EXPERTS), and each item's row moved back to its place with its expert's bias (`scatter`).
 
-use super::matmul::{coop_defines, CoopParams, CoopWeightsParams, COOP_BLOCK, COOP_WEIGHT_BYTES};
+use super::matmul::{
+    coop_defines, coop_tokens, CoopParams, CoopWeightsParams, COOP_BLOCK, COOP_WEIGHT_BYTES,
+};
 use super::{Bias, ExpertTiles, MatSel, Ops, Region, MATMUL_TOKENS};
 use crate::gpu::error::GpuResult;
 use crate::gpu::pipelines::Dispatch;
@@ -120,6 +122,11 @@ impl Ops {
         // A few experts at a time: their matrices decoded, then every tile of theirs.
         let mrows = w.matrix_rows(false);
         let (mut d, per_group) = coop_defines(rows, false);
+        // Tiles in pairs: a workgroup of 64 tokens per pair where it computes 64 rows.
+        let per_tokens = match e.pairs {
+            true => coop_tokens(&mut d, per_group, 2 * COOP_BLOCK),
+            false => COOP_BLOCK,
+        };
         d.insert("EXPERTS".into(), String::new());
         d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
         let product = self.pipeline("matmul_coop.wgsl", &d, "main")?;
@@ -169,7 +176,7 @@ impl Ops {
                         (3, &cub),
                         (5, e.tiles),
                     ],
-                    [e.max_tiles, rows / per_group, 1],
+                    [e.max_tiles * COOP_BLOCK / per_tokens, rows / per_group, 1],
                 ));
                 e0 += n;
             }
