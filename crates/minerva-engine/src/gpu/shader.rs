@@ -375,7 +375,7 @@ mod tests {
         assert_eq!(decoders.len(), 16 + 18 + 1);
         for dec in decoders {
             for bias in [false, true] {
-                let mut d = dec.clone();
+                let mut d = super::super::ops::coop_weight_defines(dec.clone());
                 if bias {
                     d.insert("BIAS".into(), String::new());
                 }

@@ -1,8 +1,9 @@
 // Weight rows decoded to f16 for the matrix-core product (matmul_coop.wgsl): output row j of the
 // product (stored row row_base + j · row_stride of this part, DECODER) becomes row first_out + j
 // of `out`, `stride` halves long (the row length rounded up to whole 32-value units), zeros past
-// the row's end. Each thread decodes one part (8 values) and writes them as two pairs of halves
-// per vec4, so that neighbouring lanes write neighbouring bytes. Values saturate at ±65504
+// the row's end. Each thread decodes one part (8 values) of DECODE_ROWS consecutive rows and
+// writes them as two pairs of halves per vec4, so that neighbouring lanes write neighbouring
+// bytes. Values saturate at ±65504
 // instead of overflowing. With BIAS the first thread of each row also copies the row's bias into
 // all 16 columns of `bias_block` ([16][out_rows], the accumulators' starting values).
 #include "common.wgsl"
@@ -39,13 +40,24 @@ fn half4(v: vec4<f32>, c: u32) -> vec2<u32> {
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let u = gid.x / 4u;
-    let j = gid.x % 4u;
-    let r = gid.y;
-    if (u >= (p.cols + 31u) / 32u || r >= p.rows) {
+    if (u >= (p.cols + 31u) / 32u) {
         return;
     }
+    for (var i = 0u; i < DECODE_ROWS; i++) {
+        let r = gid.y * DECODE_ROWS + i;
+        if (r >= p.rows) {
+            return;
+        }
+        decode_row(gid.x, r);
+    }
+}
+
+// Part gid.x % 4 of unit gid.x / 4 of output row r.
+fn decode_row(lane: u32, r: u32) {
+    let u = lane / 4u;
+    let j = lane % 4u;
 #ifdef BIAS
-    if (gid.x == 0u) {
+    if (lane == 0u) {
         let b = bias[p.bias_offset + r];
         for (var t = 0u; t < 16u; t++) {
             bias_block[t * p.out_rows + p.first_out + r] = b;

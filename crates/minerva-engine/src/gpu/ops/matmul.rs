@@ -115,6 +115,16 @@ pub fn coop_tokens(d: &mut Defines, per_group: u32, tokens: u32) -> u32 {
     }
 }
 
+/// Weight rows each thread of `coop_weights.wgsl` decodes: fewer, larger workgroups than one row
+/// each (benches/GPU.md, entry 93).
+pub const COOP_DECODE_ROWS: u32 = 2;
+
+/// The defines of `coop_weights.wgsl` for a weight decoder's defines.
+pub fn coop_weight_defines(mut decoder: Defines) -> Defines {
+    decoder.insert("DECODE_ROWS".into(), format!("{COOP_DECODE_ROWS}u"));
+    decoder
+}
+
 /// Largest f16 copy of a weight the matrix-core product makes at once (bytes): larger products
 /// (a vocabulary projection over every token of a prompt) decode and multiply their outputs in
 /// chunks of this size.
@@ -382,7 +392,7 @@ impl Ops {
         bias: Option<(Bias, &wgpu::Buffer)>,
     ) -> GpuResult<Vec<Dispatch>> {
         w.check_sel(sel)?;
-        let mut d = self.weight_defines(w, sel);
+        let mut d = coop_weight_defines(self.weight_defines(w, sel));
         if bias.is_some() {
             d.insert("BIAS".into(), String::new());
         }
@@ -408,7 +418,8 @@ impl Ops {
             if let Some((b, block)) = &bias {
                 entries.extend([(5, b.buf), (6, *block)]);
             }
-            dispatches.push(self.dispatch(pipe.clone(), &entries, [lanes.div_ceil(64), rows, 1]));
+            let grid = [lanes.div_ceil(64), rows.div_ceil(COOP_DECODE_ROWS), 1];
+            dispatches.push(self.dispatch(pipe.clone(), &entries, grid));
         }
         Ok(dispatches)
     }

@@ -30,7 +30,8 @@ pub use attention::{AttnShape, KvCache, Rotary, ATTN_CHUNK};
 pub use attention_coop::{CACHE_SLACK, SCORES_BYTES};
 pub use elementwise::Eltwise;
 pub use matmul::{
-    coop_defines, coop_tokens, MatmulTile, COOP_BLOCK, COOP_WEIGHT_BYTES, MATMUL_TOKENS,
+    coop_defines, coop_tokens, coop_weight_defines, MatmulTile, COOP_BLOCK, COOP_WEIGHT_BYTES,
+    MATMUL_TOKENS,
 };
 pub use moe::{
     moe_grouped, moe_max_tiles, moe_tile_pairs, ExpertSel, ExpertTiles, MOE_GROUPED_ITEMS,
@@ -664,7 +665,10 @@ impl Ops {
                 jobs.push(single("matmul.wgsl", tile.defines(dec.clone())));
             }
             if self.ctx.caps.matrix_cores {
-                jobs.push(single("coop_weights.wgsl", dec.clone()));
+                jobs.push(single(
+                    "coop_weights.wgsl",
+                    coop_weight_defines(dec.clone()),
+                ));
             }
             jobs.push(single("embed.wgsl", dec.clone()));
         }

@@ -4,7 +4,8 @@
 //! EXPERTS), and each item's row moved back to its place with its expert's bias (`scatter`).
 
 use super::matmul::{
-    coop_defines, coop_tokens, CoopParams, CoopWeightsParams, COOP_BLOCK, COOP_WEIGHT_BYTES,
+    coop_defines, coop_tokens, coop_weight_defines, CoopParams, CoopWeightsParams, COOP_BLOCK,
+    COOP_DECODE_ROWS, COOP_WEIGHT_BYTES,
 };
 use super::{Bias, ExpertTiles, MatSel, Ops, Region, MATMUL_TOKENS};
 use crate::gpu::error::GpuResult;
@@ -130,7 +131,8 @@ impl Ops {
         d.insert("EXPERTS".into(), String::new());
         d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
         let product = self.pipeline("matmul_coop.wgsl", &d, "main")?;
-        let decode = self.pipeline("coop_weights.wgsl", &self.weight_defines(w, sel), "main")?;
+        let defs = coop_weight_defines(self.weight_defines(w, sel));
+        let decode = self.pipeline("coop_weights.wgsl", &defs, "main")?;
         let lanes = cols.div_ceil(32) * 4;
         for part in &w.parts {
             let first = part.first_row / mrows;
@@ -154,7 +156,11 @@ impl Ops {
                 out.push(self.dispatch(
                     decode.clone(),
                     &entries,
-                    [lanes.div_ceil(64), n as u32 * rows, 1],
+                    [
+                        lanes.div_ceil(64),
+                        (n as u32 * rows).div_ceil(COOP_DECODE_ROWS),
+                        1,
+                    ],
                 ));
                 let cp = CoopParams {
                     rows,
