@@ -55,20 +55,32 @@ fn gather(@builtin(global_invocation_id) gid: vec3<u32>) {
     x16[(slot * p.stride + c) / 4u] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
 }
 
-// One thread per output value of one slot: grid (cols / 64, slots).
+// Output values per thread of `scatter`, 64 apart (SCATTER_VALUES in moe_coop.rs).
+const SCATTER_VALUES: u32 = 4u;
+
+// Each thread SCATTER_VALUES output values of one slot, a workgroup's threads neighbours:
+// grid (cols / (64 · SCATTER_VALUES), slots).
 @compute @workgroup_size(64)
-fn scatter(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let r = gid.x;
-    let slot = gid.y;
+fn scatter(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let slot = wid.y;
     let tile = tiles[slot / 32u];
     let j = slot % 32u;
-    if (r >= p.cols || j >= tile.z) {
+    if (j >= tile.z) {
         return;
     }
     let item = order[tile.y + j];
-    var v = products[slot * p.stride + r];
+    for (var i = 0u; i < SCATTER_VALUES; i++) {
+        let r = (wid.x * SCATTER_VALUES + i) * 64u + lid;
+        if (r >= p.cols) {
+            return;
+        }
+        var v = products[slot * p.stride + r];
 #ifdef BIAS
-    v += bias[p.bias_offset + tile.x * p.bias_stride + r];
+        v += bias[p.bias_offset + tile.x * p.bias_stride + r];
 #endif
-    y[p.y_offset + item * p.y_stride + r] = v;
+        y[p.y_offset + item * p.y_stride + r] = v;
+    }
 }

@@ -19,6 +19,9 @@ use bytemuck::{Pod, Zeroable};
 /// experts at a time left the GPU half idle; 16 instead of 8 made its prompts 4–8 % faster,
 /// benches/GPU.md entry 91); a 256 MiB scratch buffer while prompts run.
 pub const EXPERT_CHUNK_BYTES: u64 = 256 << 20;
+/// Output values each thread of `moe_coop.wgsl`'s `scatter` moves (SCATTER_VALUES there): a
+/// workgroup per 256 values of a slot rather than per 64.
+const SCATTER_VALUES: u32 = 4;
 /// Most rows one dispatch decodes (its grid's y; wgpu's default limit per dimension).
 const MAX_DECODED_ROWS: u64 = 65535;
 
@@ -213,7 +216,11 @@ impl Ops {
         if let Some(b) = &bias {
             entries.push((7, b.buf));
         }
-        out.push(self.dispatch(pipe, &entries, [rows.div_ceil(64), slots, 1]));
+        out.push(self.dispatch(
+            pipe,
+            &entries,
+            [rows.div_ceil(64 * SCATTER_VALUES), slots, 1],
+        ));
         Ok(out)
     }
 }
