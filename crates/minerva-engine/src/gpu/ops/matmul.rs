@@ -101,6 +101,22 @@ pub fn coop_defines(rows: u32, bias: bool) -> (Defines, u32) {
     (d, per_group)
 }
 
+/// The defines of each block shape of `matmul_coop.wgsl` without a bias: 32 × 32, 64 × 32 and
+/// 64 × 64 (rows × tokens), for building the kernels ahead of use.
+pub fn coop_block_defines() -> Vec<Defines> {
+    let mut all = Vec::new();
+    for rows in [COOP_BLOCK, 2 * COOP_BLOCK] {
+        let (d, per_group) = coop_defines(rows, false);
+        let mut wide = d.clone();
+        let widened = coop_tokens(&mut wide, per_group, 2 * COOP_BLOCK) > COOP_BLOCK;
+        all.push(d);
+        if widened {
+            all.push(wide);
+        }
+    }
+    all
+}
+
 /// The tokens each workgroup of a whole (not split) matrix-core product computes over `tokens`
 /// tokens (a multiple of `COOP_BLOCK`), with `d` and `per_group` from `coop_defines`: 64 where
 /// the workgroup computes 64 rows and 64 divides the tokens, so that each weight matrix loaded

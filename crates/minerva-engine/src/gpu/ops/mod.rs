@@ -30,8 +30,8 @@ pub use attention::{AttnShape, KvCache, Rotary, ATTN_CHUNK};
 pub use attention_coop::{CACHE_SLACK, SCORES_BYTES};
 pub use elementwise::Eltwise;
 pub use matmul::{
-    coop_defines, coop_tokens, coop_weight_defines, MatmulTile, COOP_BLOCK, COOP_WEIGHT_BYTES,
-    MATMUL_TOKENS,
+    coop_block_defines, coop_defines, coop_tokens, coop_weight_defines, MatmulTile, COOP_BLOCK,
+    COOP_WEIGHT_BYTES, MATMUL_TOKENS,
 };
 pub use moe::{
     moe_grouped, moe_max_tiles, moe_tile_pairs, ExpertSel, ExpertTiles, MOE_GROUPED_ITEMS,
@@ -674,12 +674,8 @@ impl Ops {
         }
         if decoders.is_empty() && self.ctx.caps.matrix_cores {
             jobs.push(single("coop_inputs.wgsl", Defines::new()));
-            for rows in [COOP_BLOCK, 2 * COOP_BLOCK] {
-                let (mut d, per_group) = coop_defines(rows, false);
-                jobs.push(single("matmul_coop.wgsl", d.clone()));
-                if coop_tokens(&mut d, per_group, 2 * COOP_BLOCK) > COOP_BLOCK {
-                    jobs.push(single("matmul_coop.wgsl", d));
-                }
+            for d in coop_block_defines() {
+                jobs.push(single("matmul_coop.wgsl", d));
             }
             for entry in ["scores", "values"] {
                 jobs.push(("attention_coop.wgsl", Defines::new(), Vec::new(), entry));
@@ -731,15 +727,7 @@ impl Ops {
         }
         // Mixture-of-experts prompts on matrix cores (moe_coop.rs), after every dense kernel.
         if decoders.is_empty() && self.ctx.caps.matrix_cores {
-            for (rows, pairs) in [
-                (COOP_BLOCK, false),
-                (2 * COOP_BLOCK, false),
-                (2 * COOP_BLOCK, true),
-            ] {
-                let (mut d, per_group) = coop_defines(rows, false);
-                if pairs {
-                    coop_tokens(&mut d, per_group, 2 * COOP_BLOCK);
-                }
+            for mut d in coop_block_defines() {
                 d.insert("EXPERTS".into(), String::new());
                 d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
                 jobs.push(single("matmul_coop.wgsl", d));
