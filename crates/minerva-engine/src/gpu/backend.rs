@@ -2,8 +2,9 @@
 //! graph; nothing runs until something must be read back (argmax, top-k, rows) or a buffer the
 //! graph reads is about to be rewritten from the CPU (token ids, the step uniform). Then the
 //! graph is planned (`fusion.rs`: which ops fuse into which kernel), encoded (`encode.rs`) and
-//! sent as one command encoder. Plans and their dispatches are kept per shape class (the
-//! graph's key, which leaves positions out), so every decode step replays one plan.
+//! sent in pieces of a few dozen dispatches, the first while the rest still encode. Plans and
+//! their dispatches are kept per shape class (the graph's key, which leaves positions out), so
+//! every decode step replays one plan.
 
 use super::buffers::{Buf, Kv, Src};
 use super::context::{GpuContext, GpuOptions, PendingRead, StreamedSubmit};
