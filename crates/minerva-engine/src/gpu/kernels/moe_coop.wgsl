@@ -14,9 +14,9 @@ struct Params {
     y_stride: u32,
     bias_offset: u32,
     bias_stride: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    splits: u32,        // scatter: the product's shares of its inputs, each a partial sum
+    split_stride: u32,  // scatter: values between the shares' partial sums
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -77,7 +77,10 @@ fn scatter(
         if (r >= p.cols) {
             return;
         }
-        var v = products[slot * p.stride + r];
+        var v = 0.0;
+        for (var z = 0u; z < p.splits; z++) {
+            v += products[z * p.split_stride + slot * p.stride + r];
+        }
 #ifdef BIAS
         v += bias[p.bias_offset + tile.x * p.bias_stride + r];
 #endif
