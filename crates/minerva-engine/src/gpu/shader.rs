@@ -439,11 +439,7 @@ mod tests {
         assert_eq!(super::super::ops::coop_tokens(&mut d, per_group, 96), 32);
         // Mixture-of-experts prefill: the plain kernel's accesses, behind its tile's exit (64
         // tokens: a pair of tiles).
-        for (rows, pairs) in [(32, false), (64, false), (64, true)] {
-            let (mut d, per_group) = super::super::ops::coop_defines(rows, false);
-            if pairs {
-                super::super::ops::coop_tokens(&mut d, per_group, 64);
-            }
+        for mut d in super::super::ops::coop_block_defines() {
             let plain = matrix_accesses(&spirv("matmul_coop.wgsl", &d));
             d.insert("EXPERTS".into(), String::new());
             d.insert("MOE_COOP_TILES".into(), "4096u".into());

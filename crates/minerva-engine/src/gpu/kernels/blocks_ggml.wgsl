@@ -115,9 +115,7 @@ fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
 // Codes as bytes, low (meeting x vec4 j) and high (vec4 j + 4), that stand for n · d + m
 // (dm = (d, m)), against x.
 fn offset_dot(low: u32, high: u32, dm: vec2<f32>, x: XQuant) -> f32 {
-    let coarse = dot4I8Packed(low, x.q.x) + dot4I8Packed(high, x.q.y);
-    let fine = dot4I8Packed(low, x.q.z) + dot4I8Packed(high, x.q.w);
-    return join_terms(coarse, fine) * dm.x + x.sum * dm.y;
+    return codes_dot(low, high, x) * dm.x + x.sum * dm.y;
 }
 #ifdef DT_Q4_0
 // The nibbles as bytes: the low ones meet x vec4 j, the high ones vec4 j + 4. A nibble n stands
@@ -128,9 +126,7 @@ fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
     let q = w0[g * 4u + j];
     let low = q & 0x0F0F0F0Fu;
     let high = (q >> 4u) & 0x0F0F0F0Fu;
-    let coarse = dot4I8Packed(low, x.q.x) + dot4I8Packed(high, x.q.y);
-    let fine = dot4I8Packed(low, x.q.z) + dot4I8Packed(high, x.q.w);
-    return (join_terms(coarse, fine) - 8.0 * x.sum) * half_scale(g);
+    return (codes_dot(low, high, x) - 8.0 * x.sum) * half_scale(g);
 }
 #endif
 #ifdef DT_Q8_0
@@ -141,9 +137,7 @@ fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
     let g = row * (cols / 32u) + u;
     let wa = w0[g * 8u + j];
     let wb = w0[g * 8u + 4u + j];
-    let coarse = dot4I8Packed(wa, x.q.x) + dot4I8Packed(wb, x.q.y);
-    let fine = dot4I8Packed(wa, x.q.z) + dot4I8Packed(wb, x.q.w);
-    return join_terms(coarse, fine) * half_scale(g);
+    return codes_dot(wa, wb, x) * half_scale(g);
 }
 #endif
 #ifdef DT_Q4_1

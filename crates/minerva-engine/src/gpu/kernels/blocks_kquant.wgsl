@@ -173,9 +173,7 @@ fn load_part(row: u32, u: u32, jp: u32, cols: u32) -> Part {
 fn min_scaled_dot(b: u32, j: u32, lo: u32, hi: u32, x: XQuant) -> f32 {
     let dm = unpack2x16float(w0_at(b));
     let sm = scale_min_k4(b + 4u, j);
-    let coarse = dot4I8Packed(lo, x.q.x) + dot4I8Packed(hi, x.q.y);
-    let fine = dot4I8Packed(lo, x.q.z) + dot4I8Packed(hi, x.q.w);
-    return join_terms(coarse, fine) * (dm.x * sm.x) - x.sum * (dm.y * sm.y);
+    return codes_dot(lo, hi, x) * (dm.x * sm.x) - x.sum * (dm.y * sm.y);
 }
 
 #ifdef DT_Q4_K
@@ -190,17 +188,19 @@ fn dot_i8_part(row: u32, u: u32, jp: u32, cols: u32, x: XQuant) -> f32 {
 }
 #endif
 #ifdef DT_Q5_K
+// Code word k of sub-block j as bytes: its nibbles at q, its fifth bits at h.
+fn q5_codes(q: u32, h: u32, k: u32, j: u32) -> u32 {
+    let nibble = 4u * (j & 1u);
+    return ((w0_at(q + 4u * k) >> nibble) & 0x0F0F0F0Fu)
+        | (((w0_at(h + 4u * k) >> j) & 0x01010101u) << 4u);
+}
+
 fn dot_i8_part(row: u32, u: u32, jp: u32, cols: u32, x: XQuant) -> f32 {
     let b = (row * (cols / 256u) + u / 8u) * BLOCK_BYTES;
     let j = u % 8u;
     let q = b + 48u + (j / 2u) * 32u;
-    let nibble = 4u * (j & 1u);
     let h = b + 16u;
-    let lo = ((w0_at(q + 4u * jp) >> nibble) & 0x0F0F0F0Fu)
-        | (((w0_at(h + 4u * jp) >> j) & 0x01010101u) << 4u);
-    let hi = ((w0_at(q + 16u + 4u * jp) >> nibble) & 0x0F0F0F0Fu)
-        | (((w0_at(h + 16u + 4u * jp) >> j) & 0x01010101u) << 4u);
-    return min_scaled_dot(b, j, lo, hi, x);
+    return min_scaled_dot(b, j, q5_codes(q, h, jp, j), q5_codes(q, h, jp + 4u, j), x);
 }
 #endif
 #ifdef DT_Q6_K
@@ -211,6 +211,16 @@ fn signed6(low: u32, high: u32) -> u32 {
     return (((low | (high << 4u)) | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
 }
 
+// Code word k of sub-block t of a half as signed bytes: its nibbles at ql, its top two bits at
+// qh.
+fn q6_codes(ql: u32, qh: u32, k: u32, t: u32) -> u32 {
+    let nibble = 4u * (t >> 1u);
+    return signed6(
+        (w0_at(ql + 4u * k) >> nibble) & 0x0F0F0F0Fu,
+        (w0_at(qh + 4u * k) >> (2u * t)) & 0x03030303u,
+    );
+}
+
 fn dot_i8_part(row: u32, u: u32, jp: u32, cols: u32, x: XQuant) -> f32 {
     let g = row * (cols / 256u) + u / 8u;
     let b = g * BLOCK_BYTES;
@@ -219,15 +229,8 @@ fn dot_i8_part(row: u32, u: u32, jp: u32, cols: u32, x: XQuant) -> f32 {
     let t = j % 4u;
     let ql = b + n * 64u + (t & 1u) * 32u;
     let qh = b + 128u + n * 32u;
-    let nibble = 4u * (t >> 1u);
-    let lo = signed6(
-        (w0_at(ql + 4u * jp) >> nibble) & 0x0F0F0F0Fu,
-        (w0_at(qh + 4u * jp) >> (2u * t)) & 0x03030303u,
-    );
-    let hi = signed6(
-        (w0_at(ql + 16u + 4u * jp) >> nibble) & 0x0F0F0F0Fu,
-        (w0_at(qh + 16u + 4u * jp) >> (2u * t)) & 0x03030303u,
-    );
+    let lo = q6_codes(ql, qh, jp, t);
+    let hi = q6_codes(ql, qh, jp + 4u, t);
     let s = w0_at(b + 192u + n * 8u + 4u * (t / 2u)) >> (16u * (t % 2u));
     let s0 = f32((bitcast<i32>(s) << 24u) >> 24u);
     let s1 = f32((bitcast<i32>(s) << 16u) >> 24u);

@@ -26,6 +26,14 @@ fn join_terms(coarse: i32, fine: i32) -> f32 {
     return f32(coarse) + f32(fine) * (1.0 / 254.0);
 }
 
+// A part's codes as signed bytes, `low` meeting x's vec4 j and `high` its vec4 j + 4, against
+// both of x's terms, joined in x's steps.
+fn codes_dot(low: u32, high: u32, x: XQuant) -> f32 {
+    let coarse = dot4I8Packed(low, x.q.x) + dot4I8Packed(high, x.q.y);
+    let fine = dot4I8Packed(low, x.q.z) + dot4I8Packed(high, x.q.w);
+    return join_terms(coarse, fine);
+}
+
 // Four values rounded to the nearest integers.
 fn rounded(v: vec4<f32>) -> vec4<i32> {
     return vec4<i32>(round(v));

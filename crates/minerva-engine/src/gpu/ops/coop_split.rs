@@ -19,7 +19,14 @@ use bytemuck::{Pod, Zeroable};
 const SPLIT_TARGET: u32 = 1024;
 /// Most splits of one product, and the fewest inputs a split takes.
 const MAX_SPLITS: u32 = 8;
-const MIN_SPLIT_K: u32 = 256;
+pub(super) const MIN_SPLIT_K: u32 = 256;
+
+/// `k` inputs cut into about `wanted` shares for workgroup z of `matmul_coop.wgsl`: the inputs
+/// of each share (a multiple of 16, a matrix step) and how many shares that makes.
+pub(super) fn input_shares(k: u32, wanted: u32) -> (u32, u32) {
+    let k_split = k.div_ceil(wanted.max(1)).next_multiple_of(16);
+    (k_split, k.div_ceil(k_split))
+}
 
 /// One split product: `rows` outputs of `k` halves of input, over `tokens` tokens.
 pub(super) struct SplitAt {
@@ -82,8 +89,7 @@ impl Ops {
         let SplitAt { rows, k, tokens } = at;
         let padded = tokens.div_ceil(COOP_BLOCK) * COOP_BLOCK;
         let wanted = self.splits(rows, k, tokens);
-        let k_split = k.div_ceil(wanted).next_multiple_of(16);
-        let splits = k.div_ceil(k_split);
+        let (k_split, splits) = input_shares(k, wanted);
         let split_stride = padded * rows;
         let partials =
             self.scratch_buffer("coop partials", splits as u64 * split_stride as u64 * 4);

@@ -65,12 +65,21 @@ pub fn moe_tile_pairs(items: u32, experts: u32) -> bool {
     items >= 48 * experts
 }
 
+/// 2 where `moe_tile_pairs`, else 1: the tiles each expert's count rounds up to a multiple of.
+fn tiles_per_pair(items: u32, experts: u32) -> u32 {
+    if moe_tile_pairs(items, experts) {
+        2
+    } else {
+        1
+    }
+}
+
 /// Tiles of `MATMUL_TOKENS` that `items` items grouped by expert can need at most: each expert
 /// with items rounds up once (to a whole pair where `moe_tile_pairs`), and each tile (pair)
 /// holds at least one item.
 pub fn moe_max_tiles(items: u32, experts: u32) -> u32 {
     let busy = experts.min(items);
-    let per = if moe_tile_pairs(items, experts) { 2 } else { 1 };
+    let per = tiles_per_pair(items, experts);
     let span = per * MATMUL_TOKENS;
     ((items + busy * (span - 1)) / span).min(items) * per
 }
@@ -285,11 +294,7 @@ impl Ops {
             tokens,
             tile_tokens: MATMUL_TOKENS,
             max_tiles: moe_max_tiles(tokens * k, experts),
-            tile_pairs: if moe_tile_pairs(tokens * k, experts) {
-                2
-            } else {
-                1
-            },
+            tile_pairs: tiles_per_pair(tokens * k, experts),
             ..Zeroable::zeroed()
         };
         let ub = self.ctx.uniform("group params", &params);

@@ -3,6 +3,7 @@
 //! (coop_weights.wgsl) and multiplied on matrix cores tile by tile (matmul_coop.wgsl with
 //! EXPERTS), and each item's row moved back to its place with its expert's bias (`scatter`).
 
+use super::coop_split::{input_shares, MIN_SPLIT_K};
 use super::matmul::{
     coop_defines, coop_tokens, coop_weight_defines, CoopParams, CoopWeightsParams, COOP_BLOCK,
     COOP_DECODE_ROWS, COOP_WEIGHT_BYTES,
@@ -27,16 +28,16 @@ const SCATTER_VALUES: u32 = 4;
 /// the expert matrices' loads at once (they come from memory: each is read by one or two pairs
 /// of tiles). gpt-oss-20b's prompts ran 11–15 % faster with 2 to 4 (benches/GPU.md, entry 95).
 const EXPERT_SPLITS: u32 = 4;
-/// The fewest inputs of one share, and the most bytes all shares' partial sums take.
-const EXPERT_SPLIT_K: u32 = 256;
+/// The most bytes all shares' partial sums take.
 const EXPERT_SPLIT_BYTES: u64 = 256 << 20;
 
 /// The shares of `k` inputs for partial sums of `split_bytes` each: `EXPERT_SPLITS` within
-/// `EXPERT_SPLIT_K` inputs per share, `EXPERT_SPLIT_BYTES` and one binding, at least one.
+/// `MIN_SPLIT_K` inputs per share (as the dense products' splits), `EXPERT_SPLIT_BYTES` and one
+/// binding, at least one.
 fn expert_splits(k: u32, split_bytes: u64, max_binding: u64) -> u32 {
     let most = EXPERT_SPLIT_BYTES.min(max_binding);
     let by_bytes = (most / split_bytes.max(1)).min(EXPERT_SPLITS as u64) as u32;
-    EXPERT_SPLITS.min(k / EXPERT_SPLIT_K).min(by_bytes).max(1)
+    EXPERT_SPLITS.min(k / MIN_SPLIT_K).min(by_bytes).max(1)
 }
 
 /// Most rows one dispatch decodes (its grid's y; wgpu's default limit per dimension).
@@ -124,9 +125,8 @@ impl Ops {
         let chunk = experts_per_chunk(most, per_expert, rows);
         let x16 = self.scratch_buffer("coop expert inputs", slots as u64 * k as u64 * 2);
         let split_stride = slots * rows;
-        let splits = expert_splits(k, split_stride as u64 * 4, self.ctx.caps.max_binding);
-        let k_split = k.div_ceil(splits).next_multiple_of(16);
-        let splits = k.div_ceil(k_split);
+        let wanted = expert_splits(k, split_stride as u64 * 4, self.ctx.caps.max_binding);
+        let (k_split, splits) = input_shares(k, wanted);
         let products = self.scratch_buffer(
             "coop expert products",
             splits as u64 * split_stride as u64 * 4,
