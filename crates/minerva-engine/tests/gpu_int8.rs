@@ -574,3 +574,81 @@ fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
         }
     }
 }
+
+/// Gate/up products too small for a quantizing dispatch of their own (below INT8_MIN_OUTPUTS)
+/// that fold a norm quantize x in their own workgroups (XQ_LOCAL): one dispatch, within the
+/// quantization of x, for inputs of one to several workgroups' parts and up to the 5,632 of
+/// tinyllama's down product; with the local quantization off, a quantizing dispatch before it.
+#[test]
+fn gate_up_products_quantize_x_in_their_own_workgroups() {
+    let Some(ctx) = shared() else { return };
+    let exact = Ops::new(ctx.clone());
+    let mut ops = Ops::new(ctx.clone());
+    ops.set_int8_products(true);
+    ops.set_local_xq(true);
+    let mut rng = Rng::new(24);
+    for (dtype, cols) in [
+        (DType::Q4_0, 96usize),
+        (DType::Q8_0, 2336),
+        (DType::Q4_0, 2880),
+        (DType::Q6_K, 2560),
+        (DType::Q4_0, 5632),
+    ] {
+        let (gate, up) = (
+            make(dtype, 45, cols, &mut rng),
+            make(dtype, 45, cols, &mut rng),
+        );
+        let (refs, ws) = references_and_uploads(&ctx, &[gate, up]);
+        let x = x_with_zero_unit(cols, &mut rng);
+        let eps = 1e-5;
+        let (gb, normed) = norm_weights(&ctx, &x, 2, eps, &mut rng);
+        let xb = ctx.storage_with("x", &x);
+        let yb = ctx.storage("act", (45 * 4) as u64);
+        let norm = NormFold {
+            buf: &gb,
+            offset: 2,
+            eps,
+            records: None,
+        };
+        let what = format!("{} × {cols}", dtype.name());
+        let run = |ops: &Ops| {
+            let xr = Region::new(&xb, 0, 0);
+            let glu = Multi::Glu(Eltwise::SwiGlu);
+            let d = ops
+                .matvec_multi(&[&ws[0], &ws[1]], xr, &[&yb], glu, Some(norm), &[])
+                .unwrap();
+            ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+            let labels: Vec<String> = d.iter().map(|d| d.label.to_string()).collect();
+            (labels, ctx.read_f32(&yb, 0, 45).unwrap())
+        };
+        let (_, f32_got) = run(&exact);
+        let (labels, got) = run(&ops);
+        assert_eq!(labels.len(), 1, "{what}: {labels:?}");
+        assert!(labels[0].ends_with(" int8"), "{what}: {labels:?}");
+        assert_ne!(got, f32_got, "{what}: int8 results as the f32 ones");
+        let (gt, gmag) = cpu_matmul(&refs[0], &normed, 45, cols, 1);
+        let gbound = int8_bounds(&refs[0], &normed, 45, cols);
+        let (ut, umag) = cpu_matmul(&refs[1], &normed, 45, cols, 1);
+        let ubound = int8_bounds(&refs[1], &normed, 45, cols);
+        for r in 0..45 {
+            let want = glu_reference(Eltwise::SwiGlu, gt[r], ut[r]);
+            // As in the fused int8 products' test.
+            let tol = 1.23 * gbound[r] * (ut[r].abs() + 1.0 + ubound[r])
+                + (gt[r].abs() + gbound[r]) * ubound[r]
+                + 1e-4 * (1.0 + gmag[r]) * (1.0 + umag[r]);
+            assert!(
+                (got[r] - want).abs() <= tol,
+                "{what}: row {r}: {} vs {want} within {tol}",
+                got[r]
+            );
+        }
+
+        // Off, x is quantized by a dispatch of its own first.
+        let mut dispatched = Ops::new(ctx.clone());
+        dispatched.set_int8_products(true);
+        dispatched.set_local_xq(false);
+        let (labels, _) = run(&dispatched);
+        assert_eq!(labels.len(), 2, "{what}: {labels:?}");
+        assert!(labels[0].starts_with("quantize_x"), "{what}: {labels:?}");
+    }
+}

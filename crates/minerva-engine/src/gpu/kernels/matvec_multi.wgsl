@@ -10,7 +10,9 @@
 // matrices of expert ids[z] (its x vector z / x_div, its output row z · y_stride, its biases
 // ids[z] · bias_stride on); a workgroup whose expert lives in another part of the weights does
 // nothing, as in matvec.wgsl. Layout as matvec.wgsl: RPW rows per workgroup of WG threads, the
-// lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it);
+// lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it,
+// but with XQ_LOCAL, GLU only: each workgroup quantizes x itself, NORM's weights applied;
+// product.wgsl);
 // PACKED_F16 (GLU, both weights E2M1): the parts' products in packed f16 (HalfPart,
 // common.wgsl, through unit.wgsl's part_dot); X_HALVES (both weights of one decoder) converts x
 // once per workgroup (product.wgsl).
@@ -46,7 +48,11 @@ struct Params {
 }
 
 #ifdef DOT_I8
+#ifdef XQ_LOCAL
+@group(0) @binding(30) var<storage, read> x: array<vec4<f32>>;
+#else
 @group(0) @binding(30) var<storage, read> xq: array<vec4<u32>>;
+#endif
 #else
 @group(0) @binding(30) var<storage, read> x: array<vec4<f32>>;
 #endif
@@ -143,9 +149,11 @@ fn main(
     var xb = p.x_offset;
     var x_stride = p.x_stride;
 #ifdef DOT_I8
+#ifndef XQ_LOCAL
     // Records of quantized x: each vector's start at its first part.
     xb = 0u;
     x_stride = ((p.cols + 31u) / 32u) * 4u;
+#endif
 #endif
 #ifdef MOE
     expert = ids[wid.z];
@@ -167,6 +175,9 @@ fn main(
     let vec_parts = ((p.cols + 31u) / 32u) * 4u;
 #ifdef X_HALVES
     stage_x(at.xb, vec_parts, lid);
+#endif
+#ifdef XQ_LOCAL
+    stage_xq(at.xb, vec_parts, lid);
 #endif
     let parts = select(0u, vec_parts, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);

@@ -6,7 +6,8 @@
 // the row adds (x: a dot product, y: Σx² of the x values read, z: a second dot product, w:
 // unused), and x: `x: array<vec4<f32>>` (with NORM also `norm_w: array<vec4<f32>>`, the norm's
 // weight), or with DOT_I8 `xq: array<vec4<u32>>`, x quantized by quantize_x.wgsl (or by the
-// kernel that produced x), and with XQ_NORM the uniform's field xq_sq.
+// kernel that produced x), and with XQ_NORM the uniform's field xq_sq; with DOT_I8 and XQ_LOCAL
+// x itself again (and NORM's weights), which each workgroup quantizes (`stage_xq`).
 //
 // NORM: the product of W with RMSNorm(x)·g equals (W · (x∘g)) / rms(x), and a row's lanes read
 // every value of x anyway, so they also sum x² on the way: the norm costs no dispatch and no
@@ -41,6 +42,42 @@ fn row_parts(at: RowAt, t: u32, parts: u32) -> vec4<f32> {
 }
 
 #ifdef DOT_I8
+#ifdef XQ_LOCAL
+#include "x_read.wgsl"
+
+// XQ_LOCAL (gate/up products): the product quantizes its one x vector itself, each workgroup
+// into its own memory (XQ_PARTS parts), so that no dispatch of its own (quantize_x.wgsl) comes
+// before it: the part's packed terms, and its (scale, sum, Σx² of the raw values, unused). With
+// NORM the records hold x times the norm's weights and the product divides by rms(x), as
+// XQ_NORM's records.
+var<workgroup> xl_q: array<vec4<u32>, XQ_PARTS>;
+var<workgroup> xl_s: array<vec4<f32>, XQ_PARTS>;
+
+// Quantizes the parts of the vector at xb. Call from uniform control flow, before any row reads
+// its x.
+fn stage_xq(xb: u32, parts: u32, lid: u32) {
+    for (var i = lid; i < parts; i += WG) {
+        let c = (i >> 2u) * 32u + 4u * (i & 3u);
+        var a = x_vec4(xb, c);
+        var b = x_vec4(xb, c + 16u);
+        let sq = dot(a, a) + dot(b, b);
+#ifdef NORM
+        a *= norm_vec4(c);
+        b *= norm_vec4(c + 16u);
+#endif
+        let r = quantize_part(a, b);
+        xl_q[i] = r.q;
+        xl_s[i] = vec4<f32>(r.scale, r.sum, sq, 0.0);
+    }
+    workgroupBarrier();
+}
+
+// Part i of the workgroup's x, as stage_xq left it.
+fn x_in(xb: u32, i: u32, k: vec2<u32>) -> XQuant {
+    let s = xl_s[i];
+    return XQuant(xl_q[i], s.x, s.y, s.z);
+}
+#else
 // Part i of the vector whose records start at xb, as quantize_x.wgsl wrote it: xq holds every
 // part's packed terms (one vec4 each), then from p.xq_scales on two parts' (scale, sum) per vec4.
 // The decoder's vec4 indices k do not matter: quantized parts are vec4s j and j + 4 for every
@@ -56,9 +93,10 @@ fn x_in(xb: u32, i: u32, k: vec2<u32>) -> XQuant {
 #endif
     return XQuant(xq[g], scale_sum.x, scale_sum.y, sq);
 }
+#endif
 
-// Σx² of the part's raw values with XQ_NORM; otherwise the quantization applied any norm, and
-// none is summed.
+// Σx² of the part's raw values with XQ_NORM or XQ_LOCAL; otherwise the quantization applied any
+// norm, and none is summed.
 fn x_sq(xi: XQuant) -> f32 {
     return xi.sq;
 }

@@ -322,6 +322,8 @@ struct MultiFlags {
     int8: bool,
     /// The int8 records hold x times a norm's weights, with each part's Σx² (XQ_NORM).
     xq_norm: bool,
+    /// The product quantizes x itself (`Ops::local_xq_defines`).
+    local: bool,
     /// Values per input vector (sizes X_HALVES's staging).
     cols: u32,
     /// Results per input vector (`Ops::shape`).
@@ -366,6 +368,9 @@ pub struct Ops {
     /// ... with x converted to f16 once per workgroup (X_HALVES), unless
     /// `MINERVA_GPU_X_HALVES=0`.
     x_halves: bool,
+    /// Gate/up products too small for a quantizing dispatch of their own quantize x in each
+    /// workgroup (XQ_LOCAL), unless `MINERVA_GPU_LOCAL_XQ=0`.
+    local_xq: bool,
     /// The threads building pipelines ahead of use (`warm_up`), and the flag that stops them
     /// at their next pipeline: dropping the ops waits for them (at most `WARMING_WAIT`), so
     /// that no pipeline is being compiled by the driver while the process exits.
@@ -411,10 +416,12 @@ pub const HALVES_SHAPE: (u32, u32) = (256, 8);
 /// while each lane took its share of a 2,880-value row in turn (benches/GPU.md, entry 80).
 pub const SMALL_PRODUCT: u32 = 256;
 
-/// The fewest outputs of a decode product that takes int8 x. Its quantizing dispatch cost the
-/// H200 about what the int8 product saved on products of 2,048–5,632 rows (tinyllama decode
-/// 644 tok/s with and without; benches/GPU.md, entry 48), while the 201,088-row vocabulary
-/// product of gpt-oss ran 1.6× faster: so only vocabulary-sized products take it.
+/// The fewest outputs of a decode product that takes int8 x from a quantizing dispatch of its
+/// own. That dispatch cost the H200 about what the int8 product saved on products of
+/// 2,048–5,632 rows (tinyllama decode 644 tok/s with and without; benches/GPU.md, entry 48),
+/// while the 201,088-row vocabulary product of gpt-oss ran 1.6× faster: so only
+/// vocabulary-sized products take it; smaller gate/up products that fold a norm quantize x in
+/// their own workgroups (XQ_LOCAL).
 pub const INT8_MIN_OUTPUTS: u32 = 16384;
 
 /// The most workgroup memory a packed f16 decode product stages its x in (X_HALVES): inputs
@@ -451,6 +458,7 @@ impl Ops {
         Ops {
             packed_f16: ctx.caps.packed_f16,
             x_halves: std::env::var("MINERVA_GPU_X_HALVES").map_or(true, |v| v != "0"),
+            local_xq: std::env::var("MINERVA_GPU_LOCAL_XQ").map_or(true, |v| v != "0"),
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
             halves_shape: HALVES_SHAPE,
@@ -605,32 +613,6 @@ impl Ops {
     /// (X_HALVES) rather than per row, for measuring or checking both.
     pub fn set_x_halves(&mut self, on: bool) {
         self.x_halves = on;
-    }
-
-    /// The defines that stage x in f16 pairs for a packed f16 product over inputs of `cols`
-    /// values (X_HALVES, X_PARTS), if it is on and the staging fits `X_HALVES_BYTES`.
-    fn x_halves_defines(&self, cols: u32) -> Option<[(String, String); 2]> {
-        let parts = cols.div_ceil(32) * 4;
-        // 16 bytes per part; the products' own reduction takes 16 bytes per thread.
-        let bytes = parts * 16;
-        let room = self
-            .ctx
-            .caps
-            .max_workgroup_storage
-            .saturating_sub(16 * self.halves_shape.0);
-        (self.x_halves && bytes <= X_HALVES_BYTES.min(room)).then(|| {
-            [
-                ("X_HALVES".to_string(), String::new()),
-                ("X_PARTS".to_string(), format!("{parts}u")),
-            ]
-        })
-    }
-
-    /// Whether a decode product of weights read through `decoders` takes them in packed f16:
-    /// E2M1 weights only, and no folded norm, whose raw x (before the division by its rms) may
-    /// exceed what f16 products hold.
-    fn takes_packed_f16(&self, decoders: &[&Defines], norm: bool) -> bool {
-        self.packed_f16 && !norm && decoders.iter().all(|d| d.contains_key("E2M1"))
     }
 
     fn pipeline(

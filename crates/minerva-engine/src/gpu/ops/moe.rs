@@ -158,6 +158,7 @@ impl Ops {
             experts: true,
             int8,
             xq_norm: false,
+            local: false,
             cols: gs.in_dim as u32,
             rows: gs.out_dim as u32,
         };

@@ -3,7 +3,7 @@
 
 use super::{
     grid2, rows_per_lane, Bias, Eltwise, ExpertSel, Folds, MatSel, MultiFlags, MultiParams,
-    NormFold, Ops, PartRange, Region, XRecords,
+    NormFold, Ops, PartRange, Region, XRecords, X_HALVES_BYTES,
 };
 use crate::gpu::error::{GpuError, GpuResult};
 use crate::gpu::pipelines::Dispatch;
@@ -113,7 +113,74 @@ pub(super) fn xq_scales(quantized: &Option<QuantizedX>) -> u32 {
 /// Threads per workgroup of `quantize_x.wgsl` (WG there), one per part of 8 values.
 const QUANTIZE_WG: u32 = 64;
 
+/// The most workgroup memory a decode product quantizes its x into (XQ_LOCAL): 32 bytes per
+/// part of 8 values, inputs of up to 6,144 values.
+pub const XQ_LOCAL_BYTES: u32 = 24 * 1024;
+
+/// The defines of a decode product that quantizes its x of `cols` values in each workgroup.
+fn local_xq(cols: u32) -> Defines {
+    let parts = cols.div_ceil(32) * 4;
+    defines(&[
+        ("XQ_LOCAL", String::new()),
+        ("XQ_PARTS", format!("{parts}u")),
+    ])
+}
+
 impl Ops {
+    /// Sets whether gate/up products below `INT8_MIN_OUTPUTS` that fold a norm quantize x in
+    /// their own workgroups (XQ_LOCAL) rather than behind a dispatch of its own, for measuring
+    /// or checking both.
+    pub fn set_local_xq(&mut self, on: bool) {
+        self.local_xq = on;
+    }
+
+    /// Whether a gate/up/activation product over `weights` with `rows` outputs, folding a norm
+    /// of its x of `cols` values, quantizes x in its own workgroups (XQ_LOCAL, XQ_PARTS)
+    /// instead of behind a quantizing dispatch: it takes int8 x for its norm
+    /// (`glu_takes_int8`) but has too few outputs for that dispatch to pay (`dot_i8`), and the
+    /// records fit `XQ_LOCAL_BYTES` beside the products' reduction (16 bytes per thread).
+    /// Products that read x in f32 keep it: quantizing in every workgroup before the first
+    /// weight load made tinyllama's q/k/v product 2.4 µs and its 5,632-input down product
+    /// 9.6 µs slower on the H200 (benches/GPU.md, entry 96).
+    fn glu_quantizes_locally(&self, weights: &[&GpuWeight], rows: u32, cols: u32) -> bool {
+        let parts = cols.div_ceil(32) * 4;
+        let room = self
+            .ctx
+            .caps
+            .max_workgroup_storage
+            .saturating_sub(16 * self.product_shape.0);
+        self.local_xq
+            && parts * 32 <= XQ_LOCAL_BYTES.min(room)
+            && self.glu_takes_int8(weights, true)
+            && !self.dot_i8(weights, true, rows)
+    }
+
+    /// The defines that stage x in f16 pairs for a packed f16 product over inputs of `cols`
+    /// values (X_HALVES, X_PARTS), if it is on and the staging fits `X_HALVES_BYTES`.
+    pub(super) fn x_halves_defines(&self, cols: u32) -> Option<[(String, String); 2]> {
+        let parts = cols.div_ceil(32) * 4;
+        // 16 bytes per part; the products' own reduction takes 16 bytes per thread.
+        let bytes = parts * 16;
+        let room = self
+            .ctx
+            .caps
+            .max_workgroup_storage
+            .saturating_sub(16 * self.halves_shape.0);
+        (self.x_halves && bytes <= X_HALVES_BYTES.min(room)).then(|| {
+            [
+                ("X_HALVES".to_string(), String::new()),
+                ("X_PARTS".to_string(), format!("{parts}u")),
+            ]
+        })
+    }
+
+    /// Whether a decode product of weights read through `decoders` takes them in packed f16:
+    /// E2M1 weights only, and no folded norm, whose raw x (before the division by its rms) may
+    /// exceed what f16 products hold.
+    pub(super) fn takes_packed_f16(&self, decoders: &[&Defines], norm: bool) -> bool {
+        self.packed_f16 && !norm && decoders.iter().all(|d| d.contains_key("E2M1"))
+    }
+
     /// Workgroup shape of the decode products (`Ops::shape`), and subgroup reductions where
     /// every subgroup lies within one row's lanes.
     fn product_defines(&self, glu: bool, e2m1: bool, halves: bool, outputs: u32) -> Defines {
@@ -404,28 +471,34 @@ impl Ops {
                 "int8 records of x for weights that cannot take them".into()
             ));
         }
-        let int8 = if given.is_some() {
+        let cols = weights[0].cols as u32;
+        let local = given.is_none()
+            && glu
+            && norm.is_some()
+            && self.glu_quantizes_locally(weights, rows, cols);
+        let int8 = if given.is_some() || local {
             true
         } else if glu {
             self.glu_takes_int8(weights, norm.is_some())
         } else {
             self.dot_i8(weights, false, rows)
         };
-        let cols = weights[0].cols as u32;
         let eps = norm.map(|n| n.eps).unwrap_or(0.0);
         let quantized = match given {
             Some(records) => Some(QuantizedX::given(records)),
-            None if int8 => Some(self.quantize_x(x, cols, 1, norm)?),
+            None if int8 && !local => Some(self.quantize_x(x, cols, 1, norm)?),
             None => None,
         };
-        // With int8 x the quantization (or the records' writer) applied the norm's weights.
-        let norm = norm.filter(|_| !int8);
+        // With int8 x the quantization (or the records' writer) applied the norm's weights;
+        // a product quantizing x itself applies them as it does.
+        let norm = norm.filter(|_| !int8 || local);
         let flags = MultiFlags {
             norm: norm.is_some(),
             bias: !biases.is_empty(),
             experts: false,
             int8,
             xq_norm: given.is_some(),
+            local,
             cols,
             rows,
         };
@@ -519,7 +592,8 @@ impl Ops {
             experts,
             int8,
             xq_norm,
-            cols: _,
+            local,
+            cols,
             rows: _,
         } = flags;
         for (on, f) in [
@@ -533,6 +607,9 @@ impl Ops {
             if on {
                 flag(f);
             }
+        }
+        if local {
+            d.extend(local_xq(cols));
         }
         if int8 {
             // The decoder instances define their int8 dot products.
