@@ -35,8 +35,9 @@ fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
     // Dispatches per decode token of the 2-layer fixtures: the embedding; per llama layer 6 —
     // q/k/v product (the norm folded in), attention (RoPE of q and k and the cache write
     // folded into its one query's decode kernel), output product (adding into the residual
-    // stream), the norm (with Q4_0/Q8_0 gate and up weights, the quantization of x to int8,
-    // which applies it), gate/up/act product, down product (adding into the residual); then
+    // stream), the norm, gate/up/act product, down product (adding into the residual); with
+    // Q4_0/Q8_0 gate and up weights 5, the gate/up product quantizing x to int8 itself and
+    // applying the norm as it does; then
     // the final norm (folded into the output product, and dispatched as well when the step is
     // read back), the output product and argmax. gpt-oss layers: q/k/v with biases 1,
     // attention with the RoPE and write 1, output product 1, router (with the norm folded in,
@@ -44,7 +45,7 @@ fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
     // into the residual) 5. (Products of Q4_0 and Q8_0 weights with vocabulary-sized outputs
     // take int8 x with a quantizing dispatch before them; these fixtures have none.)
     for (fixture, dispatches) in [
-        ("llama/gguf-q4_0/llama-Q4_0.gguf", 16),
+        ("llama/gguf-q4_0/llama-Q4_0.gguf", 14),
         ("gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf", 20),
         ("llama/mlx-4bit", 16),
     ] {
