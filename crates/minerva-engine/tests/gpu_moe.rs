@@ -1,6 +1,7 @@
 //! GPU mixture-of-experts kernels against the CPU: expert products reading their expert ids
 //! from the GPU (decode matvec, gate, up and activation in one product, and the grouped
-//! prefill product after `moe_group`), routing (ties, k = E, many tokens) and combining.
+//! prefill product after `moe_group`), routing (ties, k = E, many tokens, and one token's
+//! routing inside its gate/up product) and combining.
 
 mod gpu_common;
 
@@ -13,7 +14,7 @@ use minerva_engine::gpu::ops::MATMUL_TOKENS;
 use minerva_engine::gpu::ops::MOE_COOP_TILES;
 use minerva_engine::gpu::{
     moe_max_tiles, moe_tile_pairs, Bias, Eltwise, ExpertSel, ExpertTiles, Folds, GpuContext,
-    GpuWeight, MatSel, NormFold, Ops, Region,
+    GpuWeight, MatSel, NormFold, Ops, Region, RouteIn,
 };
 use minerva_formats::DType;
 use std::sync::Arc;
@@ -782,6 +783,121 @@ fn moe_route_ties_all_experts_and_many_tokens() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// One token's gate/up product that routes it itself (`matvec_glu_experts_routed`) against the
+/// routing dispatch and the product reading its ids: the same outputs bit for bit, and the same
+/// ids and weights left for the products and the combine after it; over 8 experts (top-2, the
+/// softmax over all, logits with a tie) and 32 (top-4, over the chosen), weights whole and split
+/// across bindings (each part's dispatch routes, the first writes).
+#[test]
+fn one_tokens_gate_up_product_routes_it_itself() {
+    if shared().is_none() {
+        return;
+    }
+    let mut rng = Rng::new(31);
+    let (rows, cols) = (19usize, 96usize);
+    for (experts, k, renorm) in [(8usize, 2usize, false), (32, 4, true)] {
+        let gate = make(DType::Q8_0, experts * rows, cols, &mut rng);
+        let up = make(DType::Q8_0, experts * rows, cols, &mut rng);
+        let x = rng.vec(cols);
+        let mut logits = vec![0.5f32; 3];
+        logits.extend(rng.vec(experts));
+        // A tie: the lower id comes first.
+        logits[3 + experts - 1] = logits[3 + 1];
+        for split in [false, true] {
+            let mut ctx = GpuContext::new(&exact()).unwrap();
+            if split {
+                let widest = gate.bufs.iter().map(|b| b.len() / (experts * rows)).max();
+                ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
+            }
+            let ctx = Arc::new(ctx);
+            let ops = Ops::new(ctx.clone());
+            assert!(ops.routes_in_experts(experts as u32, k as u32));
+            let upload = |s: &Stored| {
+                GpuWeight::upload(&ctx, &s.view(vec![experts, rows, cols]), rows).unwrap()
+            };
+            let (gw, uw) = (upload(&gate), upload(&up));
+            let parts = gw.parts.len();
+            assert_eq!(parts > 1, split);
+            let all = MatSel::plain(rows, cols);
+            let (xb, lb) = (
+                ctx.storage_with("x", &x),
+                ctx.storage_with("logits", &logits),
+            );
+            let xr = Region::new(&xb, 0, cols as u32);
+            let act = Eltwise::GluOss {
+                alpha: 1.702,
+                limit: 7.0,
+            };
+            // (outputs, ids, weights) of the routing dispatch and the product after it, or of
+            // the product routing itself.
+            let product = |routed: bool| {
+                let ib = ctx.storage("ids", (k * 4) as u64);
+                let wb = ctx.storage("weights", (k * 4) as u64);
+                let yb = ctx.storage("y", (k * rows * 4) as u64);
+                let yr = Region::new(&yb, 0, rows as u32);
+                let d = if routed {
+                    let route = RouteIn {
+                        logits: &lb,
+                        offset: 3,
+                        experts: experts as u32,
+                        k: k as u32,
+                        renorm,
+                        weights: &wb,
+                    };
+                    let d = ops
+                        .matvec_glu_experts_routed(
+                            [&gw, &uw],
+                            [&all, &all],
+                            xr,
+                            yr,
+                            act,
+                            None,
+                            &ib,
+                            route,
+                        )
+                        .unwrap();
+                    assert_eq!(d.len(), parts, "one dispatch per part, no routing");
+                    d
+                } else {
+                    let mut d = vec![ops
+                        .moe_route(&lb, 3, experts as u32, k as u32, 1, renorm, &ib, &wb)
+                        .unwrap()];
+                    let sel = ExpertSel {
+                        ids: &ib,
+                        x_div: k as u32,
+                    };
+                    d.extend(
+                        ops.matvec_glu_experts(
+                            [&gw, &uw],
+                            [&all, &all],
+                            xr,
+                            yr,
+                            k as u32,
+                            act,
+                            None,
+                            sel,
+                        )
+                        .unwrap(),
+                    );
+                    d
+                };
+                run(&ctx, &d.iter().collect::<Vec<_>>());
+                (
+                    ctx.read_f32(&yb, 0, k * rows).unwrap(),
+                    ctx.read_u32(&ib, 0, k).unwrap(),
+                    ctx.read_f32(&wb, 0, k).unwrap(),
+                )
+            };
+            let (want, want_ids, want_weights) = product(false);
+            let (got, ids, weights) = product(true);
+            let what = format!("{experts} experts, top-{k}, split={split}");
+            assert_eq!(ids, want_ids, "{what}: ids");
+            assert_eq!(weights, want_weights, "{what}: weights");
+            assert_eq!(got, want, "{what}: outputs");
         }
     }
 }

@@ -6,7 +6,8 @@ use super::buffers::Src;
 use super::encode::{glu_op, sel, Fold};
 use super::graph::stacked;
 use super::ops::{
-    moe_grouped, Eltwise, ExpertSel, ExpertTiles, Folds, MatSel, NormFold, Region, XRecords,
+    moe_grouped, Eltwise, ExpertSel, ExpertTiles, Folds, MatSel, NormFold, Region, RouteIn,
+    XRecords,
 };
 use super::pipelines::Dispatch;
 use crate::backend::{BufId, Linear, MoeBlock};
@@ -37,19 +38,35 @@ impl GpuBackend {
             Some(f) => self.router_writing_norm(x, &block.router, f)?,
             None => self.linear(Src::Buf(x), &block.router, logits, n, None, None, None)?,
         };
-        d.push(self.ops.moe_route(
-            self.src(logits)?,
-            0,
-            experts as u32,
-            k as u32,
-            n as u32,
+        // One token's gate/up product routes it itself: no routing dispatch before it.
+        let route = RouteIn {
+            logits: self.src(logits)?,
+            offset: 0,
+            experts: experts as u32,
+            k: k as u32,
             renorm,
-            self.src(Src::Scratch("moe ids"))?,
-            self.src(Src::Scratch("moe weights"))?,
-        )?);
+            weights: self.src(Src::Scratch("moe weights"))?,
+        };
+        let routed = n == 1
+            && stacked(block)
+            && self.glu_fuses(block)?
+            && self.ops.routes_in_experts(experts as u32, k as u32);
+        if !routed {
+            d.push(self.ops.moe_route(
+                route.logits,
+                route.offset,
+                route.experts,
+                route.k,
+                n as u32,
+                renorm,
+                self.src(Src::Scratch("moe ids"))?,
+                route.weights,
+            )?);
+        }
         let act = glu_op(block.activation);
         if stacked(block) {
-            d.extend(self.stacked_experts(x, block, n, k, hidden, width, act)?);
+            let route = routed.then_some(route);
+            d.extend(self.stacked_experts(x, block, n, k, hidden, width, act, route)?);
             let fold = match &records {
                 Some((f, r)) => Some(NormFold {
                     records: Some(*r),
@@ -116,6 +133,7 @@ impl GpuBackend {
         hidden: usize,
         width: usize,
         act: Eltwise,
+        route: Option<RouteIn>,
     ) -> Result<Vec<Dispatch>> {
         let items = n * k;
         let experts = block.experts.len();
@@ -184,37 +202,46 @@ impl GpuBackend {
         let (h, w) = (hidden as u32, width as u32);
         let xr = Region::new(xb, 0, h);
         // Items run one by one: gate, up and the activation in one product per weight part.
-        let fuse_glu = !grouped
-            && e0.gate.bias.is_some() == e0.up.bias.is_some()
-            && self
-                .weight(e0.gate.w.weight)?
-                .same_parts(self.weight(e0.up.w.weight)?);
-        if fuse_glu {
+        if !grouped && self.glu_fuses(block)? {
             let biases = self
                 .bias(&e0.gate.bias, true)?
-                .zip(self.bias(&e0.up.bias, true)?);
-            d.extend(self.ops.matvec_glu_experts(
-                [self.weight(e0.gate.w.weight)?, self.weight(e0.up.w.weight)?],
-                [
-                    &MatSel {
-                        matrix: 0,
-                        ..sel(&e0.gate)
-                    },
-                    &MatSel {
-                        matrix: 0,
-                        ..sel(&e0.up)
-                    },
-                ],
-                xr,
-                Region::new(actb, 0, w),
-                items as u32,
-                act,
-                biases.map(|(g, u)| [g, u]),
-                ExpertSel {
+                .zip(self.bias(&e0.up.bias, true)?)
+                .map(|(g, u)| [g, u]);
+            let weights = [self.weight(e0.gate.w.weight)?, self.weight(e0.up.w.weight)?];
+            let gs = MatSel {
+                matrix: 0,
+                ..sel(&e0.gate)
+            };
+            let us = MatSel {
+                matrix: 0,
+                ..sel(&e0.up)
+            };
+            let yr = Region::new(actb, 0, w);
+            d.extend(match route {
+                Some(r) => self.ops.matvec_glu_experts_routed(
+                    weights,
+                    [&gs, &us],
+                    xr,
+                    yr,
+                    act,
+                    biases,
                     ids,
-                    x_div: k as u32,
-                },
-            )?);
+                    r,
+                )?,
+                None => self.ops.matvec_glu_experts(
+                    weights,
+                    [&gs, &us],
+                    xr,
+                    yr,
+                    items as u32,
+                    act,
+                    biases,
+                    ExpertSel {
+                        ids,
+                        x_div: k as u32,
+                    },
+                )?,
+            });
         } else {
             let gate = self.src(Src::Scratch("moe gate"))?;
             let up = self.src(Src::Scratch("moe up"))?;
@@ -236,6 +263,17 @@ impl GpuBackend {
             Region::new(eo, 0, h),
         )?);
         Ok(d)
+    }
+
+    /// Whether a block's expert gate and up (one stacked weight each) can run with their
+    /// activation in one product per weight part (`Ops::matvec_glu_experts`) for items one by
+    /// one: biases on both or neither, weights split alike.
+    fn glu_fuses(&self, block: &MoeBlock) -> Result<bool> {
+        let e0 = block.experts[0];
+        Ok(e0.gate.bias.is_some() == e0.up.bias.is_some()
+            && self
+                .weight(e0.gate.w.weight)?
+                .same_parts(self.weight(e0.up.w.weight)?))
     }
 
     /// Separate tensors per expert: every expert runs densely, weighted by its routing weight

@@ -23,6 +23,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("matvec.wgsl", include_str!("kernels/matvec.wgsl")),
     ("quantize_x.wgsl", include_str!("kernels/quantize_x.wgsl")),
     ("x_quant.wgsl", include_str!("kernels/x_quant.wgsl")),
+    ("route.wgsl", include_str!("kernels/route.wgsl")),
     ("x_read.wgsl", include_str!("kernels/x_read.wgsl")),
     ("unit.wgsl", include_str!("kernels/unit.wgsl")),
     ("product.wgsl", include_str!("kernels/product.wgsl")),

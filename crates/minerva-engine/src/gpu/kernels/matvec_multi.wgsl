@@ -9,7 +9,9 @@
 // row_base + r · row_stride of each weight. MOE (GLU only): batch item z = wid.z runs the
 // matrices of expert ids[z] (its x vector z / x_div, its output row z · y_stride, its biases
 // ids[z] · bias_stride on); a workgroup whose expert lives in another part of the weights does
-// nothing, as in matvec.wgsl. Layout as matvec.wgsl: RPW rows per workgroup of WG threads, the
+// nothing, as in matvec.wgsl. ROUTE (MOE, one token's k items): the workgroups rank the
+// router's logits themselves (route.wgsl) instead of reading ids from a routing dispatch before
+// them, and one of them writes the ids and weights. Layout as matvec.wgsl: RPW rows per workgroup of WG threads, the
 // lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it,
 // but with XQ_LOCAL, GLU only: each workgroup quantizes x itself, NORM's weights applied;
 // product.wgsl);
@@ -43,8 +45,12 @@ struct Params {
     expert_count: u32,
     xq_scales: u32,     // DOT_I8: where the records' scales start in xq (vec4s)
     xq_sq: u32,         // XQ_NORM: where the parts' Σx² start in xq (vec4s)
-    _pad1: u32,
-    _pad2: u32,
+    route_experts: u32, // ROUTE: the router's logits, the experts chosen, their weights' softmax
+    route_k: u32,       // over the k (route_renorm 1) or over all, whether this dispatch
+    route_renorm: u32,  // writes ids and weights (one part's), where the logits start
+    route_writes: u32,
+    logits_offset: u32,
+    _pad0: u32,
 }
 
 #ifdef DOT_I8
@@ -75,7 +81,15 @@ struct Params {
 #endif
 #endif
 #ifdef MOE
+#ifdef ROUTE
+@group(0) @binding(39) var<storage, read_write> ids: array<u32>;
+@group(0) @binding(40) var<storage, read> logits: array<f32>;
+@group(0) @binding(41) var<storage, read_write> weights: array<f32>;
+#include "route.wgsl"
+var<workgroup> routed: u32;
+#else
 @group(0) @binding(39) var<storage, read> ids: array<u32>;
+#endif
 #endif
 
 const TPR: u32 = WG / RPW;
@@ -156,7 +170,25 @@ fn main(
 #endif
 #endif
 #ifdef MOE
+#ifdef ROUTE
+    // One token's items route it themselves (WG = MAX_EXPERTS threads): item z takes the
+    // expert of rank z; the first workgroup of the dispatch that writes them also leaves the ids
+    // and weights for the down product and the combine.
+    var value = 0.0;
+    if (lid < p.route_experts) {
+        value = logits[p.logits_offset + lid];
+    }
+    let ranked = route_rank(lid, p.route_experts, value);
+    if (ranked.rank == wid.z) {
+        routed = lid;
+    }
+    if (p.route_writes != 0u && wid.x == 0u && wid.y == 0u && wid.z == 0u) {
+        route_write(0u, lid, ranked, p.route_experts, p.route_k, p.route_renorm != 0u);
+    }
+    expert = workgroupUniformLoad(&routed);
+#else
     expert = ids[wid.z];
+#endif
     live = live && expert >= p.expert_first && expert < p.expert_first + p.expert_count;
     xb += (wid.z / p.x_div) * x_stride;
 #endif

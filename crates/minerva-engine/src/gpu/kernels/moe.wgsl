@@ -53,69 +53,20 @@ var<workgroup> x2: array<f32, 64>;
 #endif
 
 // One workgroup per token and one thread per expert (route) or per expert slot (group).
-const MAX_EXPERTS: u32 = 256u;
-const MAX_K: u32 = 32u;
-var<workgroup> logit: array<f32, MAX_EXPERTS>;
-var<workgroup> sums: array<f32, MAX_EXPERTS>;
-var<workgroup> chosen: array<f32, MAX_K>;
-var<workgroup> top: f32;
+#include "route.wgsl"
 
-// Does expert a come before expert b: a larger logit, or an equal one and a lower id.
-fn before(va: f32, a: u32, vb: f32, b: u32) -> bool {
-    return va > vb || (va == vb && a < b);
-}
-
-// Each thread counts the experts that come before its own: that count is its rank, so the
-// k threads of rank < k write the choice in one pass, with no serial selection.
 @compute @workgroup_size(256)
 fn route(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) e: u32) {
     let t = wid.x + wid.y * p.groups_x;
     if (t >= p.tokens) {
         return;
     }
-    let live = e < p.experts;
-    if (live) {
-        logit[e] = src[p.logits_offset + t * p.experts + e];
+    var value = 0.0;
+    if (e < p.experts) {
+        value = src[p.logits_offset + t * p.experts + e];
     }
-    workgroupBarrier();
-    var rank = p.experts;
-    let v = logit[min(e, MAX_EXPERTS - 1u)];
-    if (live) {
-        rank = 0u;
-        for (var o = 0u; o < p.experts; o++) {
-            rank += u32(before(logit[o], o, v, e));
-        }
-        if (rank == 0u) {
-            top = v;
-        }
-    }
-    workgroupBarrier();
-    let w = exp(v - top);
-    if (rank < p.k) {
-        ids[t * p.k + rank] = e;
-        chosen[rank] = w;
-    }
-    // The softmax denominator: Σ over all experts (a tree over the workgroup) or over the k.
-    sums[e] = select(0.0, w, live);
-    workgroupBarrier();
-    if (p.renorm == 0u) {
-        for (var s = MAX_EXPERTS / 2u; s > 0u; s >>= 1u) {
-            if (e < s) {
-                sums[e] += sums[e + s];
-            }
-            workgroupBarrier();
-        }
-    }
-    if (rank < p.k) {
-        var denom = sums[0];
-        if (p.renorm != 0u) {
-            denom = 0.0;
-            for (var s = 0u; s < p.k; s++) {
-                denom += chosen[s];
-            }
-        }
-        weights[t * p.k + rank] = w / denom;
-    }
+    let r = route_rank(e, p.experts, value);
+    route_write(t, e, r, p.experts, p.k, p.renorm != 0u);
 }
 
 var<workgroup> counts: array<atomic<u32>, MAX_EXPERTS>;

@@ -34,7 +34,7 @@ pub use matmul::{
     COOP_WEIGHT_BYTES, MATMUL_TOKENS,
 };
 pub use moe::{
-    moe_grouped, moe_max_tiles, moe_tile_pairs, ExpertSel, ExpertTiles, MOE_GROUPED_ITEMS,
+    moe_grouped, moe_max_tiles, moe_tile_pairs, ExpertSel, ExpertTiles, RouteIn, MOE_GROUPED_ITEMS,
 };
 pub use moe_coop::{EXPERT_CHUNK_BYTES, MOE_COOP_TILES};
 pub use products::Multi;
@@ -252,7 +252,14 @@ struct MultiParams {
     expert_count: u32,
     xq_scales: u32,
     xq_sq: u32,
-    _pad: [u32; 2],
+    /// ROUTE: the router's logits (how many, where they start), top-k, whether the softmax is
+    /// over the k, and whether this dispatch writes the ids and weights.
+    route_experts: u32,
+    route_k: u32,
+    route_renorm: u32,
+    route_writes: u32,
+    logits_offset: u32,
+    _pad: u32,
 }
 
 impl MultiParams {
@@ -281,7 +288,12 @@ impl MultiParams {
             expert_count: 0,
             xq_scales: 0,
             xq_sq: 0,
-            _pad: [0; 2],
+            route_experts: 0,
+            route_k: 0,
+            route_renorm: 0,
+            route_writes: 0,
+            logits_offset: 0,
+            _pad: 0,
         }
     }
 }
@@ -322,8 +334,10 @@ struct MultiFlags {
     int8: bool,
     /// The int8 records hold x times a norm's weights, with each part's Σx² (XQ_NORM).
     xq_norm: bool,
-    /// The product quantizes x itself (`Ops::local_xq_defines`).
+    /// The product quantizes x itself (`Ops::glu_quantizes_locally`).
     local: bool,
+    /// The expert product routes its one token itself (`RouteIn`).
+    route: bool,
     /// Values per input vector (sizes X_HALVES's staging).
     cols: u32,
     /// Results per input vector (`Ops::shape`).
@@ -371,6 +385,9 @@ pub struct Ops {
     /// Gate/up products too small for a quantizing dispatch of their own quantize x in each
     /// workgroup (XQ_LOCAL), unless `MINERVA_GPU_LOCAL_XQ=0`.
     local_xq: bool,
+    /// One token's expert gate/up product routes it itself (`RouteIn`), unless
+    /// `MINERVA_GPU_ROUTE_IN=0`.
+    route_in: bool,
     /// The threads building pipelines ahead of use (`warm_up`), and the flag that stops them
     /// at their next pipeline: dropping the ops waits for them (at most `WARMING_WAIT`), so
     /// that no pipeline is being compiled by the driver while the process exits.
@@ -459,6 +476,7 @@ impl Ops {
             packed_f16: ctx.caps.packed_f16,
             x_halves: std::env::var("MINERVA_GPU_X_HALVES").map_or(true, |v| v != "0"),
             local_xq: std::env::var("MINERVA_GPU_LOCAL_XQ").map_or(true, |v| v != "0"),
+            route_in: std::env::var("MINERVA_GPU_ROUTE_IN").map_or(true, |v| v != "0"),
             pipelines: Arc::new(Pipelines::default()),
             product_shape: PRODUCT_SHAPE,
             halves_shape: HALVES_SHAPE,

@@ -103,7 +103,72 @@ struct MoeParams {
     _pad: [u32; 3],
 }
 
+/// Routing that a decode token's expert gate/up product does itself (`Ops::routes_in_experts`)
+/// instead of `Ops::moe_route` before it: the router's `experts` logits from `offset` of
+/// `logits`, top-`k`, the softmax over the k with `renorm` (else over all), the ids into the
+/// product's `ExpertSel::ids` and the weights into `weights` for the products and the combine
+/// after it.
+#[derive(Clone, Copy)]
+pub struct RouteIn<'a> {
+    pub logits: &'a wgpu::Buffer,
+    pub offset: u32,
+    pub experts: u32,
+    pub k: u32,
+    pub renorm: bool,
+    pub weights: &'a wgpu::Buffer,
+}
+
 impl Ops {
+    /// Whether one token's expert gate/up product can route it itself (`RouteIn`): a routing
+    /// the GPU does, and decode products whose workgroups have a thread per expert the routing
+    /// may rank (route.wgsl's MAX_EXPERTS). That saves the routing's dispatch, whose 32 logits
+    /// took gpt-oss-20b ≈ 5 µs per layer on the H200 (benches/GPU.md, entry 97).
+    pub fn routes_in_experts(&self, experts: u32, k: u32) -> bool {
+        self.route_in
+            && Self::check_routing(experts, k).is_ok()
+            && self.product_shape.0 == MOE_MAX_EXPERTS
+            && self.halves_shape.0 == MOE_MAX_EXPERTS
+    }
+
+    /// `matvec_glu_experts` for the k items of one token that route it first (`RouteIn`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn matvec_glu_experts_routed(
+        &self,
+        weights: [&GpuWeight; 2],
+        sels: [&MatSel; 2],
+        x: Region,
+        y: Region,
+        act: Eltwise,
+        biases: Option<[Bias; 2]>,
+        ids: &wgpu::Buffer,
+        route: RouteIn,
+    ) -> GpuResult<Vec<Dispatch>> {
+        if !self.routes_in_experts(route.experts, route.k) {
+            return Err(GpuError::Unsupported {
+                tensor: weights[0].name.clone(),
+                reason: format!(
+                    "top-{} of {} experts routed inside the expert products",
+                    route.k, route.experts
+                ),
+            });
+        }
+        let experts = ExpertSel {
+            ids,
+            x_div: route.k,
+        };
+        self.glu_experts(
+            weights,
+            sels,
+            x,
+            y,
+            route.k,
+            act,
+            biases,
+            experts,
+            Some(route),
+        )
+    }
+
     /// Gate, up and the activation of mixture-of-experts items in one product:
     /// y[z] = act(G_e · x[z / x_div] + bg_e, U_e · x[z / x_div] + bu_e) with e = ids[z], for
     /// `items` items, where G and U are the views `sels` of stacked [experts, rows, cols]
@@ -120,6 +185,22 @@ impl Ops {
         act: Eltwise,
         biases: Option<[Bias; 2]>,
         experts: ExpertSel,
+    ) -> GpuResult<Vec<Dispatch>> {
+        self.glu_experts(weights, sels, x, y, items, act, biases, experts, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn glu_experts(
+        &self,
+        weights: [&GpuWeight; 2],
+        sels: [&MatSel; 2],
+        x: Region,
+        y: Region,
+        items: u32,
+        act: Eltwise,
+        biases: Option<[Bias; 2]>,
+        experts: ExpertSel,
+        route: Option<RouteIn>,
     ) -> GpuResult<Vec<Dispatch>> {
         let [gw, uw] = weights;
         let [gs, us] = sels;
@@ -159,6 +240,7 @@ impl Ops {
             int8,
             xq_norm: false,
             local: false,
+            route: route.is_some(),
             cols: gs.in_dim as u32,
             rows: gs.out_dim as u32,
         };
@@ -172,7 +254,7 @@ impl Ops {
             _ => (0.0, 0.0),
         };
         let mut out = Vec::new();
-        for (gp, up) in gw.parts.iter().zip(&uw.parts) {
+        for (i, (gp, up)) in gw.parts.iter().zip(&uw.parts).enumerate() {
             let params = MultiParams {
                 alpha,
                 limit,
@@ -191,6 +273,12 @@ impl Ops {
                 expert_first: (gp.first_row / stored) as u32,
                 expert_count: (gp.rows / stored) as u32,
                 xq_scales: xq_scales(&quantized),
+                // Every part's dispatch routes; the first writes the ids and weights.
+                route_experts: route.map_or(0, |r| r.experts),
+                route_k: route.map_or(0, |r| r.k),
+                route_renorm: route.is_some_and(|r| r.renorm) as u32,
+                route_writes: (route.is_some() && i == 0) as u32,
+                logits_offset: route.map_or(0, |r| r.offset),
                 ..MultiParams::whole([rows, 0, 0], gs.in_dim as u32, x.offset, gx)
             };
             let ub = self.ctx.uniform("glu experts params", &params);
@@ -201,6 +289,9 @@ impl Ops {
             entries.extend([(30, xbuf), (31, y.buf), (34, &ub), (39, experts.ids)]);
             if let Some([bg, bu]) = &biases {
                 entries.extend([(36, bg.buf), (37, bu.buf)]);
+            }
+            if let Some(r) = &route {
+                entries.extend([(40, r.logits), (41, r.weights)]);
             }
             out.push(self.dispatch(pipe.clone(), &entries, [gx, gy, items]));
         }

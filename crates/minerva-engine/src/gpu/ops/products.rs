@@ -499,6 +499,7 @@ impl Ops {
             int8,
             xq_norm: given.is_some(),
             local,
+            route: false,
             cols,
             rows,
         };
@@ -593,6 +594,7 @@ impl Ops {
             int8,
             xq_norm,
             local,
+            route,
             cols,
             rows: _,
         } = flags;
@@ -603,6 +605,7 @@ impl Ops {
             (experts, "MOE"),
             (int8, "DOT_I8"),
             (xq_norm, "XQ_NORM"),
+            (route, "ROUTE"),
         ] {
             if on {
                 flag(f);
