@@ -790,7 +790,8 @@ fn moe_route_ties_all_experts_and_many_tokens() {
 /// One token's gate/up product that routes it itself (`matvec_glu_experts_routed`) against the
 /// routing dispatch and the product reading its ids: the same outputs bit for bit, and the same
 /// ids and weights left for the products and the combine after it; over 8 experts (top-2, the
-/// softmax over all, logits with a tie) and 32 (top-4, over the chosen), weights whole and split
+/// softmax over all, logits with a tie) and 32 (top-4, over the chosen), Q8_0 weights and
+/// gpt-oss's MXFP4 in packed f16 with x staged while the logits load, weights whole and split
 /// across bindings (each part's dispatch routes, the first writes).
 #[test]
 fn one_tokens_gate_up_product_routes_it_itself() {
@@ -798,10 +799,14 @@ fn one_tokens_gate_up_product_routes_it_itself() {
         return;
     }
     let mut rng = Rng::new(31);
-    let (rows, cols) = (19usize, 96usize);
-    for (experts, k, renorm) in [(8usize, 2usize, false), (32, 4, true)] {
-        let gate = make(DType::Q8_0, experts * rows, cols, &mut rng);
-        let up = make(DType::Q8_0, experts * rows, cols, &mut rng);
+    let rows = 19usize;
+    let cases = [
+        (DType::Q8_0, 96usize, 8usize, 2usize, false, false),
+        (DType::MXFP4, 2880, 32, 4, true, true),
+    ];
+    for (dtype, cols, experts, k, renorm, packed) in cases {
+        let gate = make(dtype, experts * rows, cols, &mut rng);
+        let up = make(dtype, experts * rows, cols, &mut rng);
         let x = rng.vec(cols);
         let mut logits = vec![0.5f32; 3];
         logits.extend(rng.vec(experts));
@@ -814,7 +819,9 @@ fn one_tokens_gate_up_product_routes_it_itself() {
                 ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
             }
             let ctx = Arc::new(ctx);
-            let ops = Ops::new(ctx.clone());
+            let mut ops = Ops::new(ctx.clone());
+            ops.set_packed_f16(packed);
+            ops.set_x_halves(packed);
             assert!(ops.routes_in_experts(experts as u32, k as u32));
             let upload = |s: &Stored| {
                 GpuWeight::upload(&ctx, &s.view(vec![experts, rows, cols]), rows).unwrap()
@@ -894,7 +901,7 @@ fn one_tokens_gate_up_product_routes_it_itself() {
             };
             let (want, want_ids, want_weights) = product(false);
             let (got, ids, weights) = product(true);
-            let what = format!("{experts} experts, top-{k}, split={split}");
+            let what = format!("{} {experts} experts, top-{k}, split={split}", dtype.name());
             assert_eq!(ids, want_ids, "{what}: ids");
             assert_eq!(weights, want_weights, "{what}: weights");
             assert_eq!(got, want, "{what}: outputs");

@@ -142,6 +142,18 @@ fn x_part_halves(xb: u32, i: u32) -> array<vec2<f16>, 4> {
 }
 #endif
 
+// Stages the workgroup's x vector at xb where the product does (X_HALVES, XQ_LOCAL). Call from
+// uniform control flow, before any row reads its x.
+fn stage_inputs(xb: u32, lid: u32) {
+    let vec_parts = ((p.cols + 31u) / 32u) * 4u;
+#ifdef X_HALVES
+    stage_x(xb, vec_parts, lid);
+#endif
+#ifdef XQ_LOCAL
+    stage_xq(xb, vec_parts, lid);
+#endif
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -170,14 +182,16 @@ fn main(
 #endif
 #endif
 #ifdef MOE
+    xb += (wid.z / p.x_div) * x_stride;
 #ifdef ROUTE
     // One token's items route it themselves (WG = MAX_EXPERTS threads): item z takes the
     // expert of rank z; the first workgroup of the dispatch that writes them also leaves the ids
-    // and weights for the down product and the combine.
+    // and weights for the down product and the combine. The logits load while x is staged.
     var value = 0.0;
     if (lid < p.route_experts) {
         value = logits[p.logits_offset + lid];
     }
+    stage_inputs(xb, lid);
     let ranked = route_rank(lid, p.route_experts, value);
     if (ranked.rank == wid.z) {
         routed = lid;
@@ -190,7 +204,9 @@ fn main(
     expert = ids[wid.z];
 #endif
     live = live && expert >= p.expert_first && expert < p.expert_first + p.expert_count;
-    xb += (wid.z / p.x_div) * x_stride;
+#endif
+#ifndef ROUTE
+    stage_inputs(xb, lid);
 #endif
     // Stored rows of this part: matrices from the part's first expert on.
     let m = (expert - p.expert_first) * p.matrix_rows;
@@ -203,14 +219,9 @@ fn main(
 #else
     let at = RowAt(0u, 0u, p.x_offset, row);
 #endif
+    stage_inputs(at.xb, lid);
 #endif
     let vec_parts = ((p.cols + 31u) / 32u) * 4u;
-#ifdef X_HALVES
-    stage_x(at.xb, vec_parts, lid);
-#endif
-#ifdef XQ_LOCAL
-    stage_xq(at.xb, vec_parts, lid);
-#endif
     let parts = select(0u, vec_parts, live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
     if (t == 0u && live) {
