@@ -7,10 +7,9 @@ mod gpu_common;
 use gpu_common::weights::*;
 use gpu_common::*;
 use minerva_engine::gpu::{
-    Bias, Eltwise, ExpertSel, Folds, GpuContext, GpuWeight, MatSel, Multi, NormFold, Ops, Region,
+    Bias, Eltwise, ExpertSel, Folds, GpuWeight, MatSel, Multi, NormFold, Ops, Region,
 };
 use minerva_formats::DType;
-use std::sync::Arc;
 
 /// What the int8 decode products (Q4_0, Q8_0 with x as two int8 terms) may differ from the
 /// exact product: each x value moves by at most s / 508, s = max|x| / 127 over its part (parts
@@ -478,12 +477,7 @@ fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
         xv.extend(rng.vec(ids.len() * cols));
         let x = &xv[3..];
         for split in [false, true] {
-            let mut ctx = GpuContext::new(&exact()).unwrap();
-            if split {
-                let widest = gate.bufs.iter().map(|b| b.len() / (experts * rows)).max();
-                ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
-            }
-            let ctx = Arc::new(ctx);
+            let ctx = experts_context(&exact(), &gate, experts, rows, split);
             let exact_ops = Ops::new(ctx.clone());
             let mut ops = Ops::new(ctx.clone());
             ops.set_int8_products(true);
@@ -548,6 +542,7 @@ fn int8_expert_products_match_the_cpu_within_the_quantization_of_x() {
                     Eltwise::SwiGlu,
                     None,
                     ExpertSel { ids: &ib, x_div: 2 },
+                    None,
                 )
                 .unwrap();
             assert!(d.iter().all(|d| d.label.ends_with(" int8")));

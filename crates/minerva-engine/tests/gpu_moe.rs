@@ -444,13 +444,7 @@ fn check_glu_experts(cases: &[(DType, usize)], packed: bool, tol: f32) {
         // Weights whole and split across bindings; packed f16 x converted once per workgroup
         // and per row.
         for (split, halves) in [(false, true), (true, true), (false, false)] {
-            let mut ctx = GpuContext::new(&exact()).unwrap();
-            if split {
-                // Two experts' rows of the separate weights per part: 3 parts each.
-                let widest = gate.bufs.iter().map(|b| b.len() / (experts * rows)).max();
-                ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
-            }
-            let ctx = Arc::new(ctx);
+            let ctx = experts_context(&exact(), &gate, experts, rows, split);
             let mut ops = Ops::new(ctx.clone());
             ops.set_packed_f16(packed);
             ops.set_x_halves(halves);
@@ -521,6 +515,7 @@ fn check_glu_experts(cases: &[(DType, usize)], packed: bool, tol: f32) {
                                     ids: &ib,
                                     x_div: k as u32,
                                 },
+                                None,
                             )
                             .unwrap();
                         assert_eq!(
@@ -787,7 +782,7 @@ fn moe_route_ties_all_experts_and_many_tokens() {
     }
 }
 
-/// One token's gate/up product that routes it itself (`matvec_glu_experts_routed`) against the
+/// One token's gate/up product that routes it itself (`matvec_glu_experts` with a `RouteIn`) against the
 /// routing dispatch and the product reading its ids: the same outputs bit for bit, and the same
 /// ids and weights left for the products and the combine after it; over 8 experts (top-2, the
 /// softmax over all, logits with a tie) and 32 (top-4, over the chosen), Q8_0 weights and
@@ -813,12 +808,7 @@ fn one_tokens_gate_up_product_routes_it_itself() {
         // A tie: the lower id comes first.
         logits[3 + experts - 1] = logits[3 + 1];
         for split in [false, true] {
-            let mut ctx = GpuContext::new(&exact()).unwrap();
-            if split {
-                let widest = gate.bufs.iter().map(|b| b.len() / (experts * rows)).max();
-                ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
-            }
-            let ctx = Arc::new(ctx);
+            let ctx = experts_context(&exact(), &gate, experts, rows, split);
             let mut ops = Ops::new(ctx.clone());
             ops.set_packed_f16(packed);
             ops.set_x_halves(packed);
@@ -846,52 +836,34 @@ fn one_tokens_gate_up_product_routes_it_itself() {
                 let wb = ctx.storage("weights", (k * 4) as u64);
                 let yb = ctx.storage("y", (k * rows * 4) as u64);
                 let yr = Region::new(&yb, 0, rows as u32);
-                let d = if routed {
-                    let route = RouteIn {
-                        logits: &lb,
-                        offset: 3,
-                        experts: experts as u32,
-                        k: k as u32,
-                        renorm,
-                        weights: &wb,
-                    };
-                    let d = ops
-                        .matvec_glu_experts_routed(
-                            [&gw, &uw],
-                            [&all, &all],
-                            xr,
-                            yr,
-                            act,
-                            None,
-                            &ib,
-                            route,
-                        )
-                        .unwrap();
-                    assert_eq!(d.len(), parts, "one dispatch per part, no routing");
-                    d
-                } else {
-                    let mut d = vec![ops
-                        .moe_route(&lb, 3, experts as u32, k as u32, 1, renorm, &ib, &wb)
-                        .unwrap()];
-                    let sel = ExpertSel {
-                        ids: &ib,
-                        x_div: k as u32,
-                    };
-                    d.extend(
-                        ops.matvec_glu_experts(
-                            [&gw, &uw],
-                            [&all, &all],
-                            xr,
-                            yr,
-                            k as u32,
-                            act,
-                            None,
-                            sel,
-                        )
-                        .unwrap(),
-                    );
-                    d
+                let sel = ExpertSel {
+                    ids: &ib,
+                    x_div: k as u32,
                 };
+                let route = routed.then_some(RouteIn {
+                    logits: &lb,
+                    offset: 3,
+                    experts: experts as u32,
+                    k: k as u32,
+                    renorm,
+                    weights: &wb,
+                });
+                let mut d = Vec::new();
+                if !routed {
+                    let (e, k) = (experts as u32, k as u32);
+                    d.push(ops.moe_route(&lb, 3, e, k, 1, renorm, &ib, &wb).unwrap());
+                }
+                let (ws, sels) = ([&gw, &uw], [&all, &all]);
+                d.extend(
+                    ops.matvec_glu_experts(ws, sels, xr, yr, k as u32, act, None, sel, route)
+                        .unwrap(),
+                );
+                let dispatches = if routed { parts } else { parts + 1 };
+                assert_eq!(
+                    d.len(),
+                    dispatches,
+                    "routed={routed}: one dispatch per part"
+                );
                 run(&ctx, &d.iter().collect::<Vec<_>>());
                 (
                     ctx.read_f32(&yb, 0, k * rows).unwrap(),

@@ -260,12 +260,7 @@ fn check_packed_plain(name: &str, s: &Stored, x: &[f32]) {
 /// reads token z / 2), the weight split into parts of two experts' rows with `split`.
 fn check_packed_experts(name: &str, s: &Stored, x: &[f32], split: bool) {
     let (experts, rows, cols) = (5usize, 19usize, s.cols);
-    let mut ctx = GpuContext::new(&Default::default()).unwrap();
-    if split {
-        let widest = s.bufs.iter().map(|b| b.len() / (experts * rows)).max();
-        ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
-    }
-    let ctx = Arc::new(ctx);
+    let ctx = experts_context(&Default::default(), s, experts, rows, split);
     let mut ops = packed_ops(ctx.clone());
     let w = GpuWeight::upload(&ctx, &s.view(vec![experts, rows, cols]), rows).unwrap();
     assert_eq!(w.parts.len(), if split { 3 } else { 1 });

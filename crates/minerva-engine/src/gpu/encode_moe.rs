@@ -217,31 +217,20 @@ impl GpuBackend {
                 ..sel(&e0.up)
             };
             let yr = Region::new(actb, 0, w);
-            d.extend(match route {
-                Some(r) => self.ops.matvec_glu_experts_routed(
-                    weights,
-                    [&gs, &us],
-                    xr,
-                    yr,
-                    act,
-                    biases,
+            d.extend(self.ops.matvec_glu_experts(
+                weights,
+                [&gs, &us],
+                xr,
+                yr,
+                items as u32,
+                act,
+                biases,
+                ExpertSel {
                     ids,
-                    r,
-                )?,
-                None => self.ops.matvec_glu_experts(
-                    weights,
-                    [&gs, &us],
-                    xr,
-                    yr,
-                    items as u32,
-                    act,
-                    biases,
-                    ExpertSel {
-                        ids,
-                        x_div: k as u32,
-                    },
-                )?,
-            });
+                    x_div: k as u32,
+                },
+                route,
+            )?);
         } else {
             let gate = self.src(Src::Scratch("moe gate"))?;
             let up = self.src(Src::Scratch("moe up"))?;

@@ -4,8 +4,11 @@
 //! tests.
 
 use super::*;
-use minerva_engine::gpu::{Bias, Eltwise, GpuContext, GpuWeight, MatSel, MatmulTile, Ops, Region};
+use minerva_engine::gpu::{
+    Bias, Eltwise, GpuContext, GpuOptions, GpuWeight, MatSel, MatmulTile, Ops, Region,
+};
 use minerva_formats::{dequantize_rows, DType, TensorData, TensorView};
+use std::sync::Arc;
 
 /// Stored bytes of a random tensor of `dtype`, with scale fields kept finite and moderate.
 pub struct Stored {
@@ -448,4 +451,21 @@ pub fn norm_weights(
         .map(|c| (x[c] as f64 * g[offset + c] as f64 / rms) as f32)
         .collect();
     (ctx.storage_with("norm weights", &g), normed)
+}
+
+/// A context for `opts` whose storage bindings, with `split`, hold two experts' matrices of `s`
+/// stored as [experts, rows, cols], so that its expert weights split into parts across bindings.
+pub fn experts_context(
+    opts: &GpuOptions,
+    s: &Stored,
+    experts: usize,
+    rows: usize,
+    split: bool,
+) -> Arc<GpuContext> {
+    let mut ctx = GpuContext::new(opts).unwrap();
+    if split {
+        let widest = s.bufs.iter().map(|b| b.len() / (experts * rows)).max();
+        ctx.caps.max_binding = (2 * rows * widest.unwrap() + 4) as u64;
+    }
+    Arc::new(ctx)
 }

@@ -130,67 +130,15 @@ impl Ops {
             && self.halves_shape.0 == MOE_MAX_EXPERTS
     }
 
-    /// `matvec_glu_experts` for the k items of one token that route it first (`RouteIn`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn matvec_glu_experts_routed(
-        &self,
-        weights: [&GpuWeight; 2],
-        sels: [&MatSel; 2],
-        x: Region,
-        y: Region,
-        act: Eltwise,
-        biases: Option<[Bias; 2]>,
-        ids: &wgpu::Buffer,
-        route: RouteIn,
-    ) -> GpuResult<Vec<Dispatch>> {
-        if !self.routes_in_experts(route.experts, route.k) {
-            return Err(GpuError::Unsupported {
-                tensor: weights[0].name.clone(),
-                reason: format!(
-                    "top-{} of {} experts routed inside the expert products",
-                    route.k, route.experts
-                ),
-            });
-        }
-        let experts = ExpertSel {
-            ids,
-            x_div: route.k,
-        };
-        self.glu_experts(
-            weights,
-            sels,
-            x,
-            y,
-            route.k,
-            act,
-            biases,
-            experts,
-            Some(route),
-        )
-    }
-
     /// Gate, up and the activation of mixture-of-experts items in one product:
     /// y[z] = act(G_e · x[z / x_div] + bg_e, U_e · x[z / x_div] + bu_e) with e = ids[z], for
     /// `items` items, where G and U are the views `sels` of stacked [experts, rows, cols]
     /// weights (possibly one weight, as gpt-oss's interleaved gate_up) split alike into parts
-    /// of whole experts: one dispatch per part, x read once for both products.
+    /// of whole experts: one dispatch per part, x read once for both products. With `route`,
+    /// the k items of one token route it first (`RouteIn`, `routes_in_experts`), writing the
+    /// ids that `experts` names.
     #[allow(clippy::too_many_arguments)]
     pub fn matvec_glu_experts(
-        &self,
-        weights: [&GpuWeight; 2],
-        sels: [&MatSel; 2],
-        x: Region,
-        y: Region,
-        items: u32,
-        act: Eltwise,
-        biases: Option<[Bias; 2]>,
-        experts: ExpertSel,
-    ) -> GpuResult<Vec<Dispatch>> {
-        self.glu_experts(weights, sels, x, y, items, act, biases, experts, None)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn glu_experts(
         &self,
         weights: [&GpuWeight; 2],
         sels: [&MatSel; 2],
@@ -212,6 +160,14 @@ impl Ops {
                 reason: format!("{} fused with {}: {reason}", gw.name, uw.name),
             })
         };
+        if let Some(r) = route {
+            if !self.routes_in_experts(r.experts, r.k) || items != r.k || experts.x_div != r.k {
+                let (k, e) = (r.k, r.experts);
+                return bad(&format!(
+                    "{items} items routing top-{k} of {e} experts themselves"
+                ));
+            }
+        }
         if !matches!(act, Eltwise::SwiGlu | Eltwise::GluOss { .. }) {
             return bad(&format!("{act:?} is no gated activation"));
         }
