@@ -232,6 +232,13 @@ pub trait Backend: Send {
     /// Allocates an f32 activation buffer of `rows × cols` (contents unspecified).
     fn alloc(&mut self, rows: usize, cols: usize) -> Result<BufId>;
 
+    /// Allocates a buffer as `alloc` does whose contents matter only to the ops after its
+    /// writer within one step: nothing reads it back or reads it in a later step, so a backend
+    /// may leave unwritten what it folds into the readers (the GPU's folded norms).
+    fn alloc_step_local(&mut self, rows: usize, cols: usize) -> Result<BufId> {
+        self.alloc(rows, cols)
+    }
+
     /// The most rows of `cols` f32 values one activation buffer may hold: GPU bindings are
     /// bounded (128 MiB on software Vulkan, 2–4 GiB on real GPUs), the CPU's are not.
     fn max_rows(&self, _cols: usize) -> usize {

@@ -193,7 +193,7 @@ impl Model {
             act: b.alloc(mb, ffn)?,
             moe_out: b.alloc(mb, hidden)?,
             last: b.alloc(1, hidden)?,
-            last_norm: b.alloc(1, hidden)?,
+            last_norm: b.alloc_step_local(1, hidden)?,
             logits: b.alloc(1, spec.vocab_size)?,
             all_logits: None,
         };

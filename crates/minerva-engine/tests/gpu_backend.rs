@@ -37,17 +37,17 @@ fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
     // folded into its one query's decode kernel), output product (adding into the residual
     // stream), the norm, gate/up/act product, down product (adding into the residual); with
     // Q4_0/Q8_0 gate and up weights 5, the gate/up product quantizing x to int8 itself and
-    // applying the norm as it does; then
-    // the final norm (folded into the output product, and dispatched as well when the step is
-    // read back), the output product and argmax. gpt-oss layers: q/k/v with biases 1,
-    // attention with the RoPE and write 1, output product 1, router (with the norm folded in,
-    // writing its output for the experts), routing, gate/up/activation, down, combine (adding
-    // into the residual) 5. (Products of Q4_0 and Q8_0 weights with vocabulary-sized outputs
-    // take int8 x with a quantizing dispatch before them; these fixtures have none.)
+    // applying the norm as it does; then the output product (the final norm folded in: its
+    // output is step-local, so not dispatched as well) and argmax. gpt-oss layers 7: q/k/v
+    // with biases, attention with the RoPE and write, output product, router (with the norm
+    // folded in, writing its output for the experts), gate/up/activation (routing the token
+    // itself), down, combine (adding into the residual). (Products of Q4_0 and Q8_0 weights
+    // with vocabulary-sized outputs take int8 x with a quantizing dispatch before them; these
+    // fixtures have none.)
     for (fixture, dispatches) in [
-        ("llama/gguf-q4_0/llama-Q4_0.gguf", 14),
-        ("gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf", 18),
-        ("llama/mlx-4bit", 16),
+        ("llama/gguf-q4_0/llama-Q4_0.gguf", 13),
+        ("gpt_oss/gguf-mxfp4_moe/gpt_oss-MXFP4_MOE.gguf", 17),
+        ("llama/mlx-4bit", 15),
     ] {
         let Some(b) = backend() else { return };
         let ctx = b.context().clone();

@@ -412,19 +412,11 @@ impl Backend for GpuBackend {
     }
 
     fn alloc(&mut self, rows: usize, cols: usize) -> Result<BufId> {
-        let bytes = (rows.max(1) * cols.max(1) * 4) as u64;
-        if bytes > self.ctx.caps.max_binding.min(self.ctx.caps.max_buffer) {
-            return Err(bad(format!(
-                "activation buffer [{rows}, {cols}] exceeds the GPU's binding limit"
-            )));
-        }
-        self.bufs.push(Buf {
-            buf: self.ctx.storage("activations", bytes),
-            rows,
-            cols,
-        });
-        self.ctx.check()?;
-        Ok(BufId(self.bufs.len() as u32 - 1))
+        self.alloc_buf(rows, cols, false)
+    }
+
+    fn alloc_step_local(&mut self, rows: usize, cols: usize) -> Result<BufId> {
+        self.alloc_buf(rows, cols, true)
     }
 
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvId> {
@@ -767,6 +759,9 @@ impl Backend for GpuBackend {
 
     fn read_rows(&mut self, x: BufId, first: usize, n: usize) -> Result<Vec<f32>> {
         self.check_rows(x, first + n, None, "read_rows")?;
+        if self.buf(x)?.step_local {
+            return Err(bad(format!("read_rows of step-local buffer {}", x.0)));
+        }
         let cols = self.buf(x)?.cols;
         let b = self.flush_read(&[(
             Src::Buf(x),

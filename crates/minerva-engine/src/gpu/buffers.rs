@@ -20,6 +20,8 @@ pub(super) struct Buf {
     pub buf: wgpu::Buffer,
     pub rows: usize,
     pub cols: usize,
+    /// Read only within the step that writes it (`Backend::alloc_step_local`).
+    pub step_local: bool,
 }
 
 pub(super) struct Kv {
@@ -37,6 +39,30 @@ pub(super) enum Src {
 }
 
 impl GpuBackend {
+    /// An activation buffer of `rows × cols` f32 values (`Backend::alloc`), `step_local` as
+    /// `Backend::alloc_step_local` makes it.
+    pub(super) fn alloc_buf(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        step_local: bool,
+    ) -> Result<BufId> {
+        let bytes = (rows.max(1) * cols.max(1) * 4) as u64;
+        if bytes > self.ctx.caps.max_binding.min(self.ctx.caps.max_buffer) {
+            return Err(bad(format!(
+                "activation buffer [{rows}, {cols}] exceeds the GPU's binding limit"
+            )));
+        }
+        self.bufs.push(Buf {
+            buf: self.ctx.storage("activations", bytes),
+            rows,
+            cols,
+            step_local,
+        });
+        self.ctx.check()?;
+        Ok(BufId(self.bufs.len() as u32 - 1))
+    }
+
     pub(super) fn buf(&self, id: BufId) -> Result<&Buf> {
         self.bufs
             .get(id.0 as usize)
@@ -260,6 +286,10 @@ impl GpuBackend {
 impl Facts for GpuBackend {
     fn cols(&self, b: BufId) -> usize {
         self.buf(b).map_or(0, |b| b.cols)
+    }
+
+    fn step_local(&self, b: BufId) -> bool {
+        self.buf(b).is_ok_and(|b| b.step_local)
     }
 
     fn rows(&self, w: WeightId) -> usize {

@@ -18,6 +18,9 @@ use std::collections::HashMap;
 pub trait Facts {
     /// Columns of an activation buffer.
     fn cols(&self, b: BufId) -> usize;
+    /// Whether a buffer is read only within the step that writes it
+    /// (`Backend::alloc_step_local`).
+    fn step_local(&self, b: BufId) -> bool;
     /// Output rows of a weight.
     fn rows(&self, w: WeightId) -> usize;
     /// Whether `lin` is a whole, unsplit 2-D weight that a multi-weight product can read.
@@ -179,7 +182,7 @@ impl Planner<'_> {
 
     /// Decides for each deferred norm whether it is dispatched too: where a kernel that does
     /// not fold it reads its output before something rewrites it, or nothing does in this
-    /// graph (a later step may read it).
+    /// graph and its output is not step-local (a later step may read it).
     fn settle_norms(&mut self) {
         for k in 0..self.kernels.len() {
             let Kernel::Norm { node, .. } = self.kernels[k] else {
@@ -216,7 +219,7 @@ impl Planner<'_> {
                 return false;
             }
         }
-        true
+        !self.f.step_local(out)
     }
 
     fn last(&self) -> Option<&Kernel> {

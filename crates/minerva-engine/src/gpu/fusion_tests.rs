@@ -11,11 +11,15 @@ struct Fake {
     cols: HashMap<BufId, usize>,
     int8: bool,
     moes: Vec<MoeBlock>,
+    step_local: HashSet<BufId>,
 }
 
 impl Facts for Fake {
     fn cols(&self, b: BufId) -> usize {
         self.cols[&b]
+    }
+    fn step_local(&self, b: BufId) -> bool {
+        self.step_local.contains(&b)
     }
     fn rows(&self, _w: WeightId) -> usize {
         64
@@ -340,6 +344,38 @@ fn a_dense_decode_step_folds_norms_ropes_records_and_residuals() {
     // Every node is in exactly one kernel, in order.
     let covered: Vec<usize> = p.kernels.iter().flat_map(|k| k.nodes()).collect();
     assert_eq!(covered, (0..g.nodes.len()).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_final_norm_into_a_step_local_buffer_is_only_folded() {
+    let g = step(1, 7, false);
+    let mut f = facts(true);
+    f.step_local.insert(H);
+    let p = plan(&g, &f);
+    let last_norm = g.nodes.len() - 3;
+    assert!(matches!(g.nodes[last_norm], Node::Norm { out: H, .. }));
+    let k = p
+        .kernels
+        .iter()
+        .position(|k| matches!(k, Kernel::Norm { node, .. } if *node == last_norm))
+        .expect("the final norm's kernel");
+    assert_eq!(
+        p.kernels[k],
+        Kernel::Norm {
+            node: last_norm,
+            needed: false
+        }
+    );
+    assert_eq!(
+        p.kernels[k + 1],
+        products(vec![last_norm + 1], Some(last_norm), None, None)
+    );
+    // Without the mark the same step dispatches it (a_dense_decode_step_…).
+    let p = plan(&g, &facts(true));
+    assert!(p.kernels.contains(&Kernel::Norm {
+        node: last_norm,
+        needed: true
+    }));
 }
 
 #[test]
