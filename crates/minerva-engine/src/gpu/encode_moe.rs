@@ -11,7 +11,7 @@ use super::ops::{
 };
 use super::pipelines::Dispatch;
 use crate::backend::{BufId, Linear, MoeBlock};
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 
 impl GpuBackend {
     /// A MoE block: routing (the router folding a one-row `norm` of x and writing its output),
@@ -232,6 +232,11 @@ impl GpuBackend {
                 route,
             )?);
         } else {
+            if route.is_some() {
+                return Err(EngineError::Backend(
+                    "a MoE block routed inside expert products that do not fuse gate and up".into(),
+                ));
+            }
             let gate = self.src(Src::Scratch("moe gate"))?;
             let up = self.src(Src::Scratch("moe up"))?;
             d.extend(product(0, &e0.gate, xr, Region::new(gate, 0, w))?);

@@ -57,17 +57,10 @@ var<workgroup> xl_s: array<vec4<f32>, XQ_PARTS>;
 // its x.
 fn stage_xq(xb: u32, parts: u32, lid: u32) {
     for (var i = lid; i < parts; i += WG) {
-        let c = (i >> 2u) * 32u + 4u * (i & 3u);
-        var a = x_vec4(xb, c);
-        var b = x_vec4(xb, c + 16u);
-        let sq = dot(a, a) + dot(b, b);
-#ifdef NORM
-        a *= norm_vec4(c);
-        b *= norm_vec4(c + 16u);
-#endif
-        let r = quantize_part(a, b);
+        let v = x_part(xb, i);
+        let r = quantize_part(v.a, v.b);
         xl_q[i] = r.q;
-        xl_s[i] = vec4<f32>(r.scale, r.sum, sq, 0.0);
+        xl_s[i] = vec4<f32>(r.scale, r.sum, v.sq, 0.0);
     }
     workgroupBarrier();
 }

@@ -62,13 +62,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (i >= p.parts) {
         return;
     }
-    let c = (i >> 2u) * 32u + 4u * (i & 3u);
-    var a = x_vec4(xb, c);
-    var b = x_vec4(xb, c + 16u);
-#ifdef NORM
-    a *= norm_vec4(c);
-    b *= norm_vec4(c + 16u);
-#endif
-    let r = quantize_part(a, b);
+    let v = x_part(xb, i);
+    let r = quantize_part(v.a, v.b);
     store_record(wid.y * p.parts + i, p.scales, r, scale_by);
 }

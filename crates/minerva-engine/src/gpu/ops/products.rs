@@ -117,9 +117,15 @@ const QUANTIZE_WG: u32 = 64;
 /// part of 8 values, inputs of up to 6,144 values.
 pub const XQ_LOCAL_BYTES: u32 = 24 * 1024;
 
+/// Parts of 8 values in a vector of `cols` values, whole units of 32 (the products' lanes and
+/// the int8 records go by them).
+fn x_parts(cols: u32) -> u32 {
+    cols.div_ceil(32) * 4
+}
+
 /// The defines of a decode product that quantizes its x of `cols` values in each workgroup.
 fn local_xq(cols: u32) -> Defines {
-    let parts = cols.div_ceil(32) * 4;
+    let parts = x_parts(cols);
     defines(&[
         ("XQ_LOCAL", String::new()),
         ("XQ_PARTS", format!("{parts}u")),
@@ -143,14 +149,9 @@ impl Ops {
     /// weight load made tinyllama's q/k/v product 2.4 µs and its 5,632-input down product
     /// 9.6 µs slower on the H200 (benches/GPU.md, entry 96).
     fn glu_quantizes_locally(&self, weights: &[&GpuWeight], rows: u32, cols: u32) -> bool {
-        let parts = cols.div_ceil(32) * 4;
-        let room = self
-            .ctx
-            .caps
-            .max_workgroup_storage
-            .saturating_sub(16 * self.product_shape.0);
+        let room = self.staging_room(self.product_shape.0);
         self.local_xq
-            && parts * 32 <= XQ_LOCAL_BYTES.min(room)
+            && x_parts(cols) * 32 <= XQ_LOCAL_BYTES.min(room)
             && self.glu_takes_int8(weights, true)
             && !self.dot_i8(weights, true, rows)
     }
@@ -158,20 +159,22 @@ impl Ops {
     /// The defines that stage x in f16 pairs for a packed f16 product over inputs of `cols`
     /// values (X_HALVES, X_PARTS), if it is on and the staging fits `X_HALVES_BYTES`.
     pub(super) fn x_halves_defines(&self, cols: u32) -> Option<[(String, String); 2]> {
-        let parts = cols.div_ceil(32) * 4;
-        // 16 bytes per part; the products' own reduction takes 16 bytes per thread.
+        let parts = x_parts(cols);
+        // 16 bytes per part.
         let bytes = parts * 16;
-        let room = self
-            .ctx
-            .caps
-            .max_workgroup_storage
-            .saturating_sub(16 * self.halves_shape.0);
+        let room = self.staging_room(self.halves_shape.0);
         (self.x_halves && bytes <= X_HALVES_BYTES.min(room)).then(|| {
             [
                 ("X_HALVES".to_string(), String::new()),
                 ("X_PARTS".to_string(), format!("{parts}u")),
             ]
         })
+    }
+
+    /// Workgroup memory a decode product of `wg` threads has for its staged x: the adapter's
+    /// limit less the products' own reduction, 16 bytes per thread.
+    fn staging_room(&self, wg: u32) -> u32 {
+        self.ctx.caps.max_workgroup_storage.saturating_sub(16 * wg)
     }
 
     /// Whether a decode product of weights read through `decoders` takes them in packed f16:
@@ -242,7 +245,7 @@ impl Ops {
             d.insert("NORM".into(), String::new());
         }
         let pipe = self.pipeline("quantize_x.wgsl", &d, "main")?;
-        let parts = cols.div_ceil(32) * 4;
+        let parts = x_parts(cols);
         let records = self.records_buffer(parts * vectors);
         let params = QuantizeParams {
             cols,
