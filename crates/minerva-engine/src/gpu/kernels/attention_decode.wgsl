@@ -264,6 +264,34 @@ fn new_k_row() -> array<Oct, D8> {
 }
 #endif
 
+// Score thread sj's key row of the pass from key c0 (live: a real head and key); the step's
+// own key is left to new_k.
+fn load_k(c0: u32, g: u32, live: bool, sj: u32) -> array<Oct, D8> {
+    var kr: array<Oct, D8>;
+    if (live && !is_new(c0 + sj)) {
+        let base = row_oct(c0 + sj, g);
+        for (var o = 0u; o < D8; o++) {
+            kr[o] = k_oct(base + o);
+        }
+    }
+    return kr;
+}
+
+// Value thread (vsub, vh, vo)'s octets of the pass's keys vsub, vsub + R, … of its `cnt`; the
+// step's own value is left to new_v.
+fn load_v(c0: u32, cnt: u32, g: u32, vh: u32, vsub: u32, vo: u32) -> array<Oct, D8> {
+    var vr: array<Oct, D8>;
+    if (vh < GQ) {
+        for (var t = 0u; t < D8; t++) {
+            let j = vsub + R * t;
+            if (j < cnt && !is_new(c0 + j)) {
+                vr[t] = v_oct(row_oct(c0 + j, g) + vo);
+            }
+        }
+    }
+    return vr;
+}
+
 @compute @workgroup_size(256)
 fn decode(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -288,6 +316,16 @@ fn decode(
     }
     let k0 = lo + split * n / used;
     let k1 = lo + (split + 1u) * n / used;
+    let sh = lid / RUN;
+    let sj = lid % RUN;
+    let vsub = lid / VU;
+    let vh = lid % VU / D8;
+    let vo = lid % D8;
+    // The first pass's cache loads go out before the query is staged and turned, so that
+    // their latency and the query's overlap.
+    let cnt0 = min(RUN, k1 - k0);
+    var kr = load_k(k0, g, sh < GQ && sj < cnt0, sj);
+    var vr = load_v(k0, cnt0, g, vh, vsub, vo);
     for (var e = lid; e < G2 * 2u * D8; e += DWG) {
         let h = e / (2u * D8);
         let c = e % (2u * D8);
@@ -304,32 +342,15 @@ fn decode(
         store_new(g, lid);
     }
 #endif
-    let sh = lid / RUN;
-    let sj = lid % RUN;
-    let vsub = lid / VU;
-    let vh = lid % VU / D8;
-    let vo = lid % D8;
     var m_run = NEG;
     var l_run = 0.0;
     var acc = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
     for (var c0 = k0; c0 < k1; c0 += RUN) {
         let cnt = min(RUN, k1 - c0);
         let live = sh < GQ && sj < cnt;
-        var kr: array<Oct, D8>;
-        if (live && !is_new(c0 + sj)) {
-            let base = row_oct(c0 + sj, g);
-            for (var o = 0u; o < D8; o++) {
-                kr[o] = k_oct(base + o);
-            }
-        }
-        var vr: array<Oct, D8>;
-        if (vh < GQ) {
-            for (var t = 0u; t < D8; t++) {
-                let j = vsub + R * t;
-                if (j < cnt && !is_new(c0 + j)) {
-                    vr[t] = v_oct(row_oct(c0 + j, g) + vo);
-                }
-            }
+        if (c0 != k0) {
+            kr = load_k(c0, g, live, sj);
+            vr = load_v(c0, cnt, g, vh, vsub, vo);
         }
         workgroupBarrier();
 #ifdef DEC_ROPE
