@@ -129,7 +129,7 @@ fn main(
     w_row += (e - p.expert_first) * p.matrix_rows;
     b_row += e * p.bias_stride;
 #endif
-    let vec_parts = ((p.cols + 31u) / 32u) * 4u;
+    let vec_parts = x_parts();
 #ifdef DOT_I8
     let xb = (z / p.x_div) * vec_parts;
 #else

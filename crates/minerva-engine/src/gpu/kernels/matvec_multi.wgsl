@@ -11,8 +11,8 @@
 // ids[z] · bias_stride on); a workgroup whose expert lives in another part of the weights does
 // nothing, as in matvec.wgsl. ROUTE (MOE, one token's k items): the workgroups rank the
 // router's logits themselves (route.wgsl) instead of reading ids from a routing dispatch before
-// them, and one of them writes the ids and weights. Layout as matvec.wgsl: RPW rows per workgroup of WG threads, the
-// lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it,
+// them, and one of them writes the ids and weights. Layout as matvec.wgsl: RPW rows per
+// workgroup of WG threads, the lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it,
 // but with XQ_LOCAL, GLU only: each workgroup quantizes x itself, NORM's weights applied;
 // product.wgsl);
 // PACKED_F16 (GLU, both weights E2M1): the parts' products in packed f16 (HalfPart,
@@ -145,12 +145,11 @@ fn x_part_halves(xb: u32, i: u32) -> array<vec2<f16>, 4> {
 // Stages the workgroup's x vector at xb where the product does (X_HALVES, XQ_LOCAL). Call from
 // uniform control flow, before any row reads its x.
 fn stage_inputs(xb: u32, lid: u32) {
-    let vec_parts = ((p.cols + 31u) / 32u) * 4u;
 #ifdef X_HALVES
-    stage_x(xb, vec_parts, lid);
+    stage_x(xb, x_parts(), lid);
 #endif
 #ifdef XQ_LOCAL
-    stage_xq(xb, vec_parts, lid);
+    stage_xq(xb, x_parts(), lid);
 #endif
 }
 
@@ -178,7 +177,7 @@ fn main(
 #ifndef XQ_LOCAL
     // Records of quantized x: each vector's start at its first part.
     xb = 0u;
-    x_stride = ((p.cols + 31u) / 32u) * 4u;
+    x_stride = x_parts();
 #endif
 #endif
 #ifdef MOE
@@ -221,8 +220,7 @@ fn main(
 #endif
     stage_inputs(at.xb, lid);
 #endif
-    let vec_parts = ((p.cols + 31u) / 32u) * 4u;
-    let parts = select(0u, vec_parts, live);
+    let parts = select(0u, x_parts(), live);
     let s = row_sum(row_parts(at, t, parts), lid, sg_size, sg_lane);
     if (t == 0u && live) {
 #ifdef GLU

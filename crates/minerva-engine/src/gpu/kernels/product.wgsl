@@ -25,6 +25,12 @@ struct RowAt {
     row: u32,
 }
 
+// Parts of 8 values in an x vector of p.cols values: whole units of 32 (the lanes and the int8
+// records go by them).
+fn x_parts() -> u32 {
+    return ((p.cols + 31u) / 32u) * 4u;
+}
+
 // Σ part_value over the parts t, t + TPR, … of a row (t: the lane), IN_FLIGHT at a time so
 // that their loads are in flight together.
 fn row_parts(at: RowAt, t: u32, parts: u32) -> vec4<f32> {
