@@ -64,6 +64,8 @@ fn main() {
         }
     });
     let service = Service::new(store, sink);
+    // The GPU's device is made while the window opens, not when the first model loads.
+    service.prepare_device("auto");
     let result = tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
         .manage(service)

@@ -153,6 +153,7 @@ fn measure(
         let mut fig = RunFigures {
             load_cold_ms: Some(number(&cold.json, "load_ms")).filter(|v| v.is_finite()),
             load_warm_ms: None,
+            device_ms: None,
             ttft_ms: Vec::new(),
             prefill_tokens_per_s: Vec::new(),
             prompt_tokens: Vec::new(),
@@ -164,6 +165,7 @@ fn measure(
             gpu_driver_per_process: None,
         };
         let mut warm_loads = Vec::new();
+        let mut devices = Vec::new();
         let mut decodes = Vec::new();
         for (i, &n) in plan.prompt_tokens.iter().enumerate() {
             progress(step, &format!("run {}/{}: prompt {n}", r + 1, plan.runs));
@@ -172,6 +174,7 @@ fn measure(
             };
             step += 1;
             warm_loads.push(number(&w.json, "load_ms"));
+            devices.push(number(&w.json, "device_ms"));
             decodes.push(number(&w.json, "decode_tokens_per_s"));
             fig.ttft_ms.push(number(&w.json, "time_to_first_token_ms"));
             fig.prefill_tokens_per_s
@@ -193,6 +196,7 @@ fn measure(
             }
         }
         fig.load_warm_ms = crate::report::Stat::of(&warm_loads).map(|s| s.median);
+        fig.device_ms = crate::report::Stat::of(&devices).map(|s| s.median);
         fig.decode_tokens_per_s = crate::report::Stat::of(&decodes).map_or(f64::NAN, |s| s.median);
         runs.push(fig);
     }

@@ -70,6 +70,10 @@ impl Once {
 /// Runs one measurement and returns its JSON figures.
 pub fn measure(once: &Once) -> Result<serde_json::Value, String> {
     let kind: BackendKind = once.backend.parse().map_err(|e| format!("{e}"))?;
+    // The device is made first, as the app and the server make it at their start: the load's
+    // figure is then the model's own, the same for every format (benches/GPU.md, entry 104).
+    minerva_engine::load::prepare(kind, None);
+    let device_ms = minerva_engine::load::prepared().map(|d| d.as_secs_f64() * 1e3);
     let loaded = minerva_engine::load(&once.model, kind).map_err(|e| e.to_string())?;
     let tokenizer =
         minerva_text::Tokenizer::from_checkpoint(&loaded.checkpoint).map_err(|e| e.to_string())?;
@@ -103,6 +107,7 @@ pub fn measure(once: &Once) -> Result<serde_json::Value, String> {
         .map_err(|e| e.to_string())?;
     Ok(json!({
         "load_ms": stats.load_ms,
+        "device_ms": device_ms,
         "prompt_tokens": stats.prompt_tokens,
         "generated_tokens": stats.generated_tokens,
         "time_to_first_token_ms": stats.time_to_first_token_ms,

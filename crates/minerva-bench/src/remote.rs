@@ -155,6 +155,7 @@ pub fn measure(
         let mut fig = RunFigures {
             load_cold_ms: None,
             load_warm_ms: None,
+            device_ms: None,
             ttft_ms: Vec::new(),
             prefill_tokens_per_s: Vec::new(),
             prompt_tokens: Vec::new(),

@@ -76,6 +76,11 @@ pub struct RunFigures {
     pub load_cold_ms: Option<f64>,
     /// Load time to ready, files in the page cache.
     pub load_warm_ms: Option<f64>,
+    /// Time to make the GPU device, which each process does before it loads (as the app and
+    /// the server do at their start), so that neither load time above includes it; none on
+    /// the CPU.
+    #[serde(default)]
+    pub device_ms: Option<f64>,
     /// Per prompt length, in the order of `Settings::prompt_tokens`.
     pub ttft_ms: Vec<f64>,
     pub prefill_tokens_per_s: Vec<f64>,

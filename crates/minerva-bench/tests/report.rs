@@ -11,6 +11,7 @@ fn run(load: f64, decode: f64) -> RunFigures {
     RunFigures {
         load_cold_ms: Some(load * 2.0),
         load_warm_ms: Some(load),
+        device_ms: Some(80.0),
         ttft_ms: vec![10.0, 40.0],
         prefill_tokens_per_s: vec![12_800.0, 12_800.0],
         prompt_tokens: vec![128, 512],
@@ -132,6 +133,7 @@ fn with_remotes() -> Report {
     let remote = |ttft: f64, decode: f64| RunFigures {
         load_cold_ms: None,
         load_warm_ms: None,
+        device_ms: None,
         ttft_ms: vec![ttft, 4.0 * ttft],
         prefill_tokens_per_s: vec![6_400.0, 6_400.0],
         prompt_tokens: vec![129, 513],
@@ -218,7 +220,12 @@ fn a_remote_engine_shows_dashes_for_what_it_does_not_measure() {
     // Unmeasured figures are null in the JSON, and read back.
     let json = serde_json::to_value(&r).unwrap();
     let remote = &json["formats"][2];
-    for key in ["load_cold_ms", "load_warm_ms", "peak_rss_bytes"] {
+    for key in [
+        "load_cold_ms",
+        "load_warm_ms",
+        "device_ms",
+        "peak_rss_bytes",
+    ] {
         assert!(remote["runs"][0][key].is_null(), "{key}: {remote}");
     }
     assert!(remote["bytes_on_disk"].is_null() && remote["quality"]["kl_mean"].is_null());

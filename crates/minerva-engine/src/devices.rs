@@ -76,7 +76,7 @@ impl fmt::Display for Adapter {
 
 /// The adapters wgpu sees, best first: the order `--backend gpu` chooses in.
 pub fn adapters() -> Vec<Adapter> {
-    crate::gpu::context::adapter_infos()
+    crate::gpu::adapters::adapter_infos()
         .iter()
         .map(Adapter::from_info)
         .collect()

@@ -224,6 +224,7 @@ pub fn state(opts: &ServeOptions, shutdown: watch::Receiver<bool>) -> Result<Sha
         let _ = sender.send(e);
     });
     let svc = Service::new(store, sink);
+    svc.prepare_device(&opts.backend);
     let access = Access::Served {
         models: opts.models.clone(),
         folders: opts.allow_folders.clone(),

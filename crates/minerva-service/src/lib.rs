@@ -102,6 +102,14 @@ impl Service {
         &self.store
     }
 
+    /// Makes the GPU device that loads on `backend` (as `open` reads it) will take, on a thread
+    /// of its own, and keeps a device between the models loaded on it, so that no load waits
+    /// for the driver to make one. The app, the server and a chat call it at their start.
+    pub fn prepare_device(&self, backend: &str) {
+        let b = models::BackendRequest::parse(backend);
+        minerva_engine::load::prepare(b.kind, b.adapter.as_deref());
+    }
+
     fn id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }

@@ -1,10 +1,11 @@
-//! The wgpu device the GPU backend runs on: adapter choice (discrete first, a name filter,
-//! `WGPU_BACKEND` honoured), the optional features it offers, its limits, and device errors
-//! captured into a shared slot so they surface as `GpuError`s rather than panics.
+//! The wgpu device the GPU backend runs on (chosen in `adapters.rs`, possibly kept from a model
+//! before: `device_pool.rs`), what it can do, and device errors captured into a shared slot so
+//! they surface as `GpuError`s rather than panics.
 
+use super::adapters::{choose_adapter, packed_f16_wanted, request_device, Chosen};
 use super::error::{GpuError, GpuResult};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// How to choose the adapter.
 #[derive(Debug, Clone, Default)]
@@ -52,6 +53,12 @@ pub struct GpuContext {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
+    /// The features the device was made with (what a kept device is matched by).
+    features: wgpu::Features,
+    /// Set once the device is lost: it is not kept for another model.
+    lost: Arc<AtomicBool>,
+    /// Whether the device was kept from before (`device_pool`) rather than made for this one.
+    kept: bool,
     pub caps: Capabilities,
     /// Decode products of Q4_0 and Q8_0 weights quantize x per 8 values to two int8 terms
     /// (each value within 1/64516 of its part's max|x|) and take integer dot products: on
@@ -67,13 +74,18 @@ pub struct GpuContext {
     timer: Option<super::profile::StepTimer>,
 }
 
-fn rank(t: wgpu::DeviceType) -> u8 {
-    match t {
-        wgpu::DeviceType::DiscreteGpu => 0,
-        wgpu::DeviceType::IntegratedGpu => 1,
-        wgpu::DeviceType::VirtualGpu => 2,
-        wgpu::DeviceType::Other => 3,
-        wgpu::DeviceType::Cpu => 4,
+impl Drop for GpuContext {
+    /// A device that was not lost goes back to `device_pool` for the next model, where a
+    /// process keeps devices.
+    fn drop(&mut self) {
+        if !self.lost.load(Ordering::SeqCst) {
+            super::device_pool::put(
+                self.device.clone(),
+                self.queue.clone(),
+                &self.info.name,
+                self.features,
+            );
+        }
     }
 }
 
@@ -85,95 +97,31 @@ fn record(slot: &Mutex<Option<GpuError>>, err: GpuError) {
     }
 }
 
-/// Every adapter of the backends `WGPU_BACKEND` allows (Vulkan, Metal, DX12 and GL by
-/// default), best first: discrete before integrated before software and, within a device type,
-/// Vulkan/Metal/DX12 before GL, which lacks subgroups and f16.
-///
-/// Listed once per process: making the instance and listing its adapters took 70–100 ms on
-/// an H200's driver, paid once when the backend was chosen and again by every device made
-/// (benches/GPU.md, entry 74). An adapter plugged in later is seen after a restart.
-fn ranked_adapters() -> Vec<wgpu::Adapter> {
-    static LISTED: OnceLock<(wgpu::Instance, Vec<wgpu::Adapter>)> = OnceLock::new();
-    let (_, adapters) = LISTED.get_or_init(|| {
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-        desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
-        let instance = wgpu::Instance::new(desc);
-        let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
-        adapters.sort_by_key(|a| {
-            let info = a.get_info();
-            (rank(info.device_type), info.backend == wgpu::Backend::Gl)
-        });
-        (instance, adapters)
-    });
-    adapters.clone()
-}
-
-/// What the adapters wgpu sees are, best first (the order `GpuContext::new` chooses in).
-pub fn adapter_infos() -> Vec<wgpu::AdapterInfo> {
-    ranked_adapters().iter().map(|a| a.get_info()).collect()
-}
-
 impl GpuContext {
-    /// Opens the best adapter: discrete before integrated before software, among the backends
-    /// `WGPU_BACKEND` allows (all by default), filtered by `opts.adapter_name`.
+    /// A device on the adapter `opts` choose (`adapters::choose_adapter`): one kept from a
+    /// model before where the process keeps devices (`device_pool`), else a new one.
     pub fn new(opts: &GpuOptions) -> GpuResult<GpuContext> {
         let t = std::time::Instant::now();
-        let mut adapters = ranked_adapters();
+        let chosen = choose_adapter(opts)?;
         let found = t.elapsed();
-        let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
-        if let Some(want) = &opts.adapter_name {
-            let want = want.to_lowercase();
-            adapters.retain(|a| a.get_info().name.to_lowercase().contains(&want));
-        }
-        let Some(adapter) = adapters.into_iter().next() else {
-            let detail = match &opts.adapter_name {
-                Some(w) => format!(" whose name contains {w:?} (present: {names:?})"),
-                None => String::new(),
-            };
-            return Err(GpuError::NoAdapter(detail));
+        let pooled = super::device_pool::take(&chosen.info.name, chosen.features);
+        let kept = pooled.is_some();
+        let (device, queue) = match pooled {
+            Some(dq) => dq,
+            None => request_device(&chosen)?,
         };
-        let info = adapter.get_info();
-        let offered = adapter.features();
-        let mut wanted = wgpu::Features::SUBGROUP
-            | wgpu::Features::SUBGROUP_BARRIER
-            | wgpu::Features::SHADER_F16
-            | wgpu::Features::TIMESTAMP_QUERY;
-        let matrix_cores = matrix_cores_wanted(opts) && offers_matrix_cores(&adapter);
-        if matrix_cores {
-            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
-        }
-        if super::profile::Profiler::pass_asked() {
-            wanted |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
-        }
-        let features = offered & wanted;
-        let limits = adapter.limits();
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("minerva"),
-            required_features: features,
-            required_limits: limits.clone(),
-            // SAFETY: the only experimental feature requested is cooperative matrices, used by
-            // one kernel (matmul_coop.wgsl) that its tests check against the CPU.
-            experimental_features: if matrix_cores {
-                unsafe { wgpu::ExperimentalFeatures::enabled() }
-            } else {
-                wgpu::ExperimentalFeatures::disabled()
-            },
-            // Small memory blocks: a buffer larger than a block gets memory of its own size.
-            // With the default 256 MiB blocks, each 141 MiB expert tensor of gpt-oss-20b took
-            // a block of its own and left 115 MiB of it unused: 19.9 GB reserved for 11.8 GB
-            // of buffers.
-            memory_hints: wgpu::MemoryHints::MemoryUsage,
-            ..Default::default()
-        }))
-        .map_err(|e| GpuError::RequestDevice {
-            adapter: info.name.clone(),
-            reason: e.to_string(),
-        })?;
-
+        let Chosen {
+            info,
+            features,
+            limits,
+            matrix_cores,
+            ..
+        } = chosen;
         if super::profile::timing_asked() {
             eprintln!(
-                "load: adapters listed in {:.1} ms, device made in {:.1} ms",
+                "load: adapters listed in {:.1} ms, device {} in {:.1} ms",
                 found.as_secs_f64() * 1e3,
+                if kept { "kept from before" } else { "made" },
                 (t.elapsed() - found).as_secs_f64() * 1e3
             );
         }
@@ -188,7 +136,10 @@ impl GpuContext {
             record(&slot, err);
         }));
         let slot = errors.clone();
+        let lost = Arc::new(AtomicBool::new(false));
+        let lost_flag = lost.clone();
         device.set_device_lost_callback(move |reason, msg| {
+            lost_flag.store(true, Ordering::SeqCst);
             if reason != wgpu::DeviceLostReason::Destroyed {
                 record(&slot, GpuError::DeviceLost(format!("{reason:?}: {msg}")));
             }
@@ -215,6 +166,9 @@ impl GpuContext {
             device,
             queue,
             info,
+            features,
+            lost,
+            kept,
             caps,
             int8_products: !opts.kv_f32
                 && std::env::var("MINERVA_GPU_INT8_DOT").map_or(true, |v| v != "0"),
@@ -226,6 +180,12 @@ impl GpuContext {
             profiler,
             timer: super::profile::StepTimer::from_env(),
         })
+    }
+
+    /// Whether the device was kept from before (made ahead, or a model's before) rather than
+    /// made for this context.
+    pub fn kept(&self) -> bool {
+        self.kept
     }
 
     /// Command buffers submitted so far (one per step, plus uploads' and reads' own).
@@ -341,35 +301,6 @@ impl GpuContext {
             self.caps.max_binding >> 20
         )
     }
-}
-
-/// Whether the options and the environment leave matrix cores on.
-fn matrix_cores_wanted(opts: &GpuOptions) -> bool {
-    !opts.matmul_f32
-        && !opts.kv_f32
-        && std::env::var("MINERVA_GPU_MATRIX_CORES").map_or(true, |v| v != "0")
-}
-
-/// Whether the options and the environment leave packed f16 decode products on.
-fn packed_f16_wanted(opts: &GpuOptions) -> bool {
-    !opts.matmul_f32
-        && !opts.kv_f32
-        && std::env::var("MINERVA_GPU_PACKED_F16").map_or(true, |v| v != "0")
-}
-
-/// Whether the adapter can run the matrix-core product (see `Capabilities::matrix_cores`).
-fn offers_matrix_cores(adapter: &wgpu::Adapter) -> bool {
-    use wgpu::CooperativeScalarType::{F16, F32};
-    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
-        | wgpu::Features::SHADER_F16
-        | wgpu::Features::SUBGROUP;
-    let info = adapter.get_info();
-    adapter.features().contains(needed)
-        && info.subgroup_min_size == COOP_SUBGROUP
-        && info.subgroup_max_size == COOP_SUBGROUP
-        && adapter.cooperative_matrix_properties().iter().any(|c| {
-            (c.m_size, c.n_size, c.k_size) == (16, 16, 16) && c.ab_type == F16 && c.cr_type == F32
-        })
 }
 
 /// The size a scratch buffer of at least `bytes` gets: a multiple of an eighth of the largest

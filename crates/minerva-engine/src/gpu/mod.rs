@@ -2,9 +2,11 @@
 //! composed from `kernels/`, and a step graph of ops planned into fused kernels (`fusion.rs`)
 //! and replayed as one compute pass per step.
 
+pub mod adapters;
 pub mod backend;
 mod buffers;
 pub mod context;
+pub mod device_pool;
 mod encode;
 mod encode_moe;
 pub mod error;

@@ -380,6 +380,9 @@ mod tests {
     /// the way.
     #[test]
     fn a_small_ring_wraps_and_every_byte_lands() {
+        let _one = crate::gpu::device_pool::TEST_DEVICES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let ctx = match GpuContext::new(&GpuOptions::default()) {
             Ok(c) => c,
             Err(e) if std::env::var_os("CI").is_none() => {

@@ -1,0 +1,151 @@
+//! Devices kept for the next load: a process that loads models one after another (the app, the
+//! server, `minerva chat`) makes a device ahead, at its start, and keeps the device of a model it
+//! unloads, so that a load takes a ready device instead of waiting 70–100 ms for the driver to
+//! make one (benches/GPU.md, entries 74 and 104). Off until `make_ahead` turns it on: a process
+//! that loads one model and exits gains nothing from it.
+
+use super::adapters::{choose_adapter, request_device};
+use super::context::GpuOptions;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Idle devices kept at most: one per adapter a process uses is the common case.
+const MOST: usize = 2;
+
+/// An idle device, with the adapter and features it was made with.
+struct Kept {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    adapter: String,
+    features: wgpu::Features,
+}
+
+static KEEP: AtomicBool = AtomicBool::new(false);
+static IDLE: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+/// The device being made ahead, and the time making it took once it is made.
+static AHEAD: Mutex<Option<JoinHandle<Duration>>> = Mutex::new(None);
+
+/// Turns keeping on and makes a device for `opts` on a thread of its own, unless one is being
+/// made already. Errors (no adapter, a driver that fails) are left to the load, which meets them
+/// again.
+pub fn make_ahead(opts: GpuOptions) {
+    KEEP.store(true, Ordering::SeqCst);
+    let mut ahead = AHEAD.lock().unwrap_or_else(|p| p.into_inner());
+    if ahead.is_some() {
+        return;
+    }
+    *ahead = Some(std::thread::spawn(move || {
+        let start = Instant::now();
+        if let Ok(chosen) = choose_adapter(&opts) {
+            if let Ok((device, queue)) = request_device(&chosen) {
+                put(device, queue, &chosen.info.name, chosen.features);
+            }
+        }
+        start.elapsed()
+    }));
+}
+
+/// Waits for the device being made ahead, if any: how long making it took.
+pub fn wait_ahead() -> Option<Duration> {
+    let handle = AHEAD.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+    handle.join().ok()
+}
+
+/// An idle device made on adapter `adapter` with `features`, if one is kept. A device still
+/// being made ahead is waited for: it is further along than a new one would be.
+pub(super) fn take(adapter: &str, features: wgpu::Features) -> Option<(wgpu::Device, wgpu::Queue)> {
+    if !KEEP.load(Ordering::SeqCst) {
+        return None;
+    }
+    wait_ahead();
+    let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+    let i = idle
+        .iter()
+        .position(|k| k.adapter == adapter && k.features == features)?;
+    let kept = idle.swap_remove(i);
+    // Let go of what the device's last model left (buffers are freed once the device is polled).
+    let _ = kept.device.poll(wgpu::PollType::Wait {
+        submission_index: None,
+        timeout: Some(Duration::from_secs(5)),
+    });
+    Some((kept.device, kept.queue))
+}
+
+/// Keeps a healthy device whose model unloaded, while keeping is on and there is room.
+pub(super) fn put(
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    adapter: &str,
+    features: wgpu::Features,
+) {
+    if !KEEP.load(Ordering::SeqCst) {
+        return;
+    }
+    let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+    if idle.len() < MOST {
+        idle.push(Kept {
+            device,
+            queue,
+            adapter: adapter.to_string(),
+            features,
+        });
+    }
+}
+
+/// Idle devices kept now.
+pub fn idle() -> usize {
+    IDLE.lock().unwrap_or_else(|p| p.into_inner()).len()
+}
+
+/// Held by the library's tests that make devices, so that none takes another's kept device.
+#[cfg(test)]
+pub(crate) static TEST_DEVICES: Mutex<()> = Mutex::new(());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::GpuContext;
+
+    fn works(ctx: &GpuContext) {
+        let data: Vec<u32> = (0..64).map(|i| i * 7 + 1).collect();
+        let buf = ctx.storage_with("pool check", &data);
+        assert_eq!(ctx.read_u32(&buf, 0, 64).expect("read back"), data);
+    }
+
+    /// A device made ahead is what the next context takes; when that context goes, its device
+    /// is kept and the next one takes it, working; a destroyed (lost) device is not kept.
+    #[test]
+    fn devices_made_ahead_and_left_by_a_model_are_taken_by_the_next() {
+        let _one = TEST_DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+        let opts = GpuOptions::default();
+        if let Err(e) = choose_adapter(&opts) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but no GPU adapter was found: {e}"
+            );
+            eprintln!("SKIPPED: no GPU adapter ({e})");
+            return;
+        }
+        make_ahead(opts.clone());
+        assert!(wait_ahead().is_some(), "a device was being made ahead");
+        assert_eq!(idle(), 1);
+        let first = GpuContext::new(&opts).expect("a context");
+        assert!(first.kept(), "the device made ahead was taken");
+        assert_eq!(idle(), 0);
+        works(&first);
+        drop(first);
+        assert_eq!(idle(), 1, "the first context's device was kept");
+        let second = GpuContext::new(&opts).expect("a second context");
+        assert!(second.kept());
+        works(&second);
+        second.device.destroy();
+        second.wait().ok();
+        drop(second);
+        assert_eq!(idle(), 0, "a destroyed device is not kept");
+        let third = GpuContext::new(&opts).expect("a third context");
+        assert!(!third.kept(), "with none kept, a device is made");
+        works(&third);
+    }
+}
