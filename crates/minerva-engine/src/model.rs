@@ -207,10 +207,19 @@ impl Model {
         };
         if model.backend.builds_kernels_on_first_use() {
             let started = std::time::Instant::now();
+            let before = crate::gpu::pipelines::built();
             model.warm_up()?;
             if crate::gpu::profile::timing_asked() {
                 let ms = started.elapsed().as_secs_f64() * 1e3;
-                eprintln!("load: kernels built by a throwaway step in {ms:.0} ms");
+                let after = crate::gpu::pipelines::built();
+                eprintln!(
+                    "load: kernels built by a throwaway step in {ms:.0} ms ({} pipelines built \
+                     in {:.0} ms, {} before it in {:.0} ms)",
+                    after.0 - before.0,
+                    (after.1 - before.1).as_secs_f64() * 1e3,
+                    before.0,
+                    before.1.as_secs_f64() * 1e3
+                );
             }
         }
         Ok(model)

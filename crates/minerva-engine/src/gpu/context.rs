@@ -106,9 +106,12 @@ impl GpuContext {
         let found = t.elapsed();
         let pooled = super::device_pool::take(&chosen.info.name, chosen.features);
         let kept = pooled.is_some();
-        let (device, queue) = match pooled {
-            Some(dq) => dq,
-            None => request_device(&chosen)?,
+        let (device, queue, staging) = match pooled {
+            Some(kept) => kept,
+            None => {
+                let (device, queue) = request_device(&chosen)?;
+                (device, queue, None)
+            }
         };
         let Chosen {
             info,
@@ -176,7 +179,7 @@ impl GpuContext {
             submits: AtomicU64::new(0),
             dispatches: AtomicU64::new(0),
             weight_bytes: AtomicU64::new(0),
-            staging: Mutex::default(),
+            staging: Mutex::new(staging.unwrap_or_default()),
             profiler,
             timer: super::profile::StepTimer::from_env(),
         })

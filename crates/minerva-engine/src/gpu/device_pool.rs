@@ -6,6 +6,7 @@
 
 use super::adapters::{choose_adapter, request_device};
 use super::context::GpuOptions;
+use super::staging::Staging;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
@@ -14,10 +15,12 @@ use std::time::{Duration, Instant};
 /// Idle devices kept at most: one per adapter a process uses is the common case.
 const MOST: usize = 2;
 
-/// An idle device, with the adapter and features it was made with.
+/// An idle device, with the adapter and features it was made with, and the staging ring the
+/// next load writes its weights through, made while the device waits.
 struct Kept {
     device: wgpu::Device,
     queue: wgpu::Queue,
+    staging: Option<Staging>,
     adapter: String,
     features: wgpu::Features,
 }
@@ -55,7 +58,10 @@ pub fn wait_ahead() -> Option<Duration> {
 
 /// An idle device made on adapter `adapter` with `features`, if one is kept. A device still
 /// being made ahead is waited for: it is further along than a new one would be.
-pub(super) fn take(adapter: &str, features: wgpu::Features) -> Option<(wgpu::Device, wgpu::Queue)> {
+pub(super) fn take(
+    adapter: &str,
+    features: wgpu::Features,
+) -> Option<(wgpu::Device, wgpu::Queue, Option<Staging>)> {
     if !KEEP.load(Ordering::SeqCst) {
         return None;
     }
@@ -70,7 +76,7 @@ pub(super) fn take(adapter: &str, features: wgpu::Features) -> Option<(wgpu::Dev
         submission_index: None,
         timeout: Some(Duration::from_secs(5)),
     });
-    Some((kept.device, kept.queue))
+    Some((kept.device, kept.queue, kept.staging))
 }
 
 /// Keeps a healthy device whose model unloaded, while keeping is on and there is room.
@@ -83,11 +89,16 @@ pub(super) fn put(
     if !KEEP.load(Ordering::SeqCst) {
         return;
     }
+    if idle() >= MOST {
+        return;
+    }
+    let staging = Staging::made(&device).ok();
     let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
     if idle.len() < MOST {
         idle.push(Kept {
             device,
             queue,
+            staging,
             adapter: adapter.to_string(),
             features,
         });

@@ -6,6 +6,7 @@ use super::context::GpuContext;
 use super::error::{GpuError, GpuResult};
 use super::shader::{compose, compose_multi, Defines};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 type Key = (String, Vec<(String, String)>, String);
@@ -106,6 +107,7 @@ impl Pipelines {
         {
             return Ok(p.clone());
         }
+        let started = std::time::Instant::now();
         let src = if weights.is_empty() {
             compose(file, defs)
         } else {
@@ -157,6 +159,8 @@ impl Pipelines {
                 other => other,
             })?,
         }
+        BUILT.fetch_add(1, Ordering::Relaxed);
+        BUILD_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let pipeline = Arc::new(pipeline);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         // Two threads may have built the same pipeline: keep the first.
@@ -167,6 +171,18 @@ impl Pipelines {
             .insert(Arc::as_ptr(&pipeline) as usize, Arc::from(label));
         Ok(pipeline)
     }
+}
+
+static BUILT: AtomicU64 = AtomicU64::new(0);
+static BUILD_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// Pipelines this process has built so far, and the time building them took (summed over the
+/// threads that built them), for the load's timings.
+pub fn built() -> (u64, std::time::Duration) {
+    (
+        BUILT.load(Ordering::Relaxed),
+        std::time::Duration::from_nanos(BUILD_NANOS.load(Ordering::Relaxed)),
+    )
 }
 
 /// One recorded kernel launch.

@@ -219,6 +219,19 @@ impl Staging {
         }
     }
 
+    /// A ring whose two halves are made and mapped now rather than by a load's first weights:
+    /// the ring a device kept for the next load holds (`device_pool`), 64 MiB of host-visible
+    /// memory while no model loads.
+    pub fn made(device: &wgpu::Device) -> GpuResult<Staging> {
+        let mut ring = Staging::default();
+        for _ in 0..2 {
+            ring.ready(device)?;
+            ring.cur ^= 1;
+        }
+        ring.times = super::profile::timing_asked().then(UploadTimes::default);
+        Ok(ring)
+    }
+
     /// Hands the recorded copies over and lets the ring's buffers go (once the device is done
     /// with them): where host-visible memory is device memory (resizable BAR), the ring would
     /// otherwise hold up to the limit of it for good. A later load makes it again.
