@@ -59,6 +59,8 @@ pub struct GpuContext {
     lost: Arc<AtomicBool>,
     /// Whether the device was kept from before (`device_pool`) rather than made for this one.
     kept: bool,
+    /// The kernels built on the device, kept with it for the next model.
+    pipelines: Arc<super::pipelines::Pipelines>,
     pub caps: Capabilities,
     /// Decode products of Q4_0 and Q8_0 weights quantize x per 8 values to two int8 terms
     /// (each value within 1/64516 of its part's max|x|) and take integer dot products: on
@@ -75,13 +77,14 @@ pub struct GpuContext {
 }
 
 impl Drop for GpuContext {
-    /// A device that was not lost goes back to `device_pool` for the next model, where a
-    /// process keeps devices.
+    /// A device that was not lost goes back to `device_pool` with its kernels for the next
+    /// model, where a process keeps devices.
     fn drop(&mut self) {
         if !self.lost.load(Ordering::SeqCst) {
             super::device_pool::put(
                 self.device.clone(),
                 self.queue.clone(),
+                self.pipelines.clone(),
                 &self.info.name,
                 self.features,
             );
@@ -106,11 +109,11 @@ impl GpuContext {
         let found = t.elapsed();
         let pooled = super::device_pool::take(&chosen.info.name, chosen.features);
         let kept = pooled.is_some();
-        let (device, queue, staging) = match pooled {
-            Some(kept) => kept,
+        let (device, queue, pipelines, staging) = match pooled {
+            Some(k) => (k.device, k.queue, k.pipelines, k.staging),
             None => {
                 let (device, queue) = request_device(&chosen)?;
-                (device, queue, None)
+                (device, queue, Arc::default(), None)
             }
         };
         let Chosen {
@@ -172,6 +175,7 @@ impl GpuContext {
             features,
             lost,
             kept,
+            pipelines,
             caps,
             int8_products: !opts.kv_f32
                 && std::env::var("MINERVA_GPU_INT8_DOT").map_or(true, |v| v != "0"),
@@ -189,6 +193,11 @@ impl GpuContext {
     /// made for this context.
     pub fn kept(&self) -> bool {
         self.kept
+    }
+
+    /// The cache of kernels built on this device (kept with it between models).
+    pub fn pipelines(&self) -> Arc<super::pipelines::Pipelines> {
+        self.pipelines.clone()
     }
 
     /// Command buffers submitted so far (one per step, plus uploads' and reads' own).

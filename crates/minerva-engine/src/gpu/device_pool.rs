@@ -1,13 +1,16 @@
 //! Devices kept for the next load: a process that loads models one after another (the app, the
-//! server, `minerva chat`) makes a device ahead, at its start, and keeps the device of a model it
-//! unloads, so that a load takes a ready device instead of waiting 70–100 ms for the driver to
-//! make one (benches/GPU.md, entries 74 and 104). Off until `make_ahead` turns it on: a process
-//! that loads one model and exits gains nothing from it.
+//! server) makes a device ahead, at its start, and keeps the device of a model it unloads, with
+//! the kernels built on it, so that a load takes a ready device instead of waiting 70–100 ms for
+//! the driver to make one, and a model like one before it finds its kernels built
+//! (benches/GPU.md, entries 74 and 104). Off until `make_ahead` turns it on: a process that loads
+//! one model and exits gains nothing from it.
 
 use super::adapters::{choose_adapter, request_device};
 use super::context::GpuOptions;
+use super::pipelines::Pipelines;
 use super::staging::Staging;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -15,12 +18,13 @@ use std::time::{Duration, Instant};
 /// Idle devices kept at most: one per adapter a process uses is the common case.
 const MOST: usize = 2;
 
-/// An idle device, with the adapter and features it was made with, and the staging ring the
-/// next load writes its weights through, made while the device waits.
-struct Kept {
-    device: wgpu::Device,
-    queue: wgpu::Queue,
-    staging: Option<Staging>,
+/// An idle device, with the adapter and features it was made with, the kernels built on it, and
+/// the staging ring the next load writes its weights through, made while the device waits.
+pub(super) struct Kept {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub pipelines: Arc<Pipelines>,
+    pub staging: Option<Staging>,
     adapter: String,
     features: wgpu::Features,
 }
@@ -43,7 +47,8 @@ pub fn make_ahead(opts: GpuOptions) {
         let start = Instant::now();
         if let Ok(chosen) = choose_adapter(&opts) {
             if let Ok((device, queue)) = request_device(&chosen) {
-                put(device, queue, &chosen.info.name, chosen.features);
+                let pipelines = Arc::new(Pipelines::default());
+                put(device, queue, pipelines, &chosen.info.name, chosen.features);
             }
         }
         start.elapsed()
@@ -58,10 +63,7 @@ pub fn wait_ahead() -> Option<Duration> {
 
 /// An idle device made on adapter `adapter` with `features`, if one is kept. A device still
 /// being made ahead is waited for: it is further along than a new one would be.
-pub(super) fn take(
-    adapter: &str,
-    features: wgpu::Features,
-) -> Option<(wgpu::Device, wgpu::Queue, Option<Staging>)> {
+pub(super) fn take(adapter: &str, features: wgpu::Features) -> Option<Kept> {
     if !KEEP.load(Ordering::SeqCst) {
         return None;
     }
@@ -76,13 +78,15 @@ pub(super) fn take(
         submission_index: None,
         timeout: Some(Duration::from_secs(5)),
     });
-    Some((kept.device, kept.queue, kept.staging))
+    Some(kept)
 }
 
-/// Keeps a healthy device whose model unloaded, while keeping is on and there is room.
+/// Keeps a healthy device whose model unloaded, with the kernels built on it, while keeping is
+/// on and there is room.
 pub(super) fn put(
     device: wgpu::Device,
     queue: wgpu::Queue,
+    pipelines: Arc<Pipelines>,
     adapter: &str,
     features: wgpu::Features,
 ) {
@@ -98,6 +102,7 @@ pub(super) fn put(
         idle.push(Kept {
             device,
             queue,
+            pipelines,
             staging,
             adapter: adapter.to_string(),
             features,
@@ -126,7 +131,8 @@ mod tests {
     }
 
     /// A device made ahead is what the next context takes; when that context goes, its device
-    /// is kept and the next one takes it, working; a destroyed (lost) device is not kept.
+    /// is kept with the kernels built on it and the next one takes both, working; a destroyed
+    /// (lost) device is not kept.
     #[test]
     fn devices_made_ahead_and_left_by_a_model_are_taken_by_the_next() {
         let _one = TEST_DEVICES.lock().unwrap_or_else(|p| p.into_inner());
@@ -146,10 +152,20 @@ mod tests {
         assert!(first.kept(), "the device made ahead was taken");
         assert_eq!(idle(), 0);
         works(&first);
+        let mut norm = crate::gpu::shader::Defines::new();
+        norm.insert("PLAIN".into(), String::new());
+        let built = first.pipelines().get(&first, "norm.wgsl", &norm, "main");
+        assert!(built.is_ok(), "a kernel builds: {:?}", built.err());
+        drop(built);
         drop(first);
         assert_eq!(idle(), 1, "the first context's device was kept");
         let second = GpuContext::new(&opts).expect("a second context");
         assert!(second.kept());
+        assert_eq!(
+            second.pipelines().len(),
+            1,
+            "the kernel built before came with it"
+        );
         works(&second);
         second.device.destroy();
         second.wait().ok();

@@ -477,7 +477,7 @@ impl Ops {
             x_halves: std::env::var("MINERVA_GPU_X_HALVES").map_or(true, |v| v != "0"),
             local_xq: std::env::var("MINERVA_GPU_LOCAL_XQ").map_or(true, |v| v != "0"),
             route_in: std::env::var("MINERVA_GPU_ROUTE_IN").map_or(true, |v| v != "0"),
-            pipelines: Arc::new(Pipelines::default()),
+            pipelines: ctx.pipelines(),
             product_shape: PRODUCT_SHAPE,
             halves_shape: HALVES_SHAPE,
             small_product: SMALL_PRODUCT,
