@@ -28,15 +28,21 @@ fn gpu_options(adapter: Option<&str>) -> crate::gpu::GpuOptions {
     }
 }
 
-/// For a process that loads models one after another (the app, the server, a chat): makes the
-/// GPU device that loads of `kind` on `adapter` will take, on a thread of its own, and from now
-/// on keeps the device of a model that unloads for the next load (`gpu::device_pool`). A load
-/// then skips making a device (70–100 ms on an H200). Nothing for the CPU.
+/// For a process that loads models one after another (the app, the server): makes the GPU
+/// device that loads of `kind` on `adapter` will take, on a thread of its own, and from now on
+/// keeps the device of a model that unloads for the next load (`gpu::device_pool`). A load then
+/// skips making a device (70–100 ms on an H200). Nothing where `kind` resolves to the CPU.
 pub fn prepare(kind: BackendKind, adapter: Option<&str>) {
-    let choice = devices::choose_named(kind, adapter);
-    if choice.kind == BackendKind::Gpu {
-        crate::gpu::device_pool::make_ahead(gpu_options(adapter));
+    if kind == BackendKind::Cpu {
+        return;
     }
+    let adapter = adapter.map(str::to_string);
+    // Listing the adapters to resolve `kind` takes tens of milliseconds as well: on that thread,
+    // not the caller's (the app's, while its window opens).
+    crate::gpu::device_pool::make_ahead(move || {
+        let choice = devices::choose_named(kind, adapter.as_deref());
+        (choice.kind == BackendKind::Gpu).then(|| gpu_options(adapter.as_deref()))
+    });
 }
 
 /// Waits until the device `prepare` makes is made: how long making it took, if it was asked.

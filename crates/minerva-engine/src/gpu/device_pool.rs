@@ -31,13 +31,14 @@ pub(super) struct Kept {
 
 static KEEP: AtomicBool = AtomicBool::new(false);
 static IDLE: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
-/// The device being made ahead, and the time making it took once it is made.
-static AHEAD: Mutex<Option<JoinHandle<Duration>>> = Mutex::new(None);
+/// The device being made ahead, and the time making it took once it is made (none where no
+/// device was wanted).
+static AHEAD: Mutex<Option<JoinHandle<Option<Duration>>>> = Mutex::new(None);
 
-/// Turns keeping on and makes a device for `opts` on a thread of its own, unless one is being
-/// made already. Errors (no adapter, a driver that fails) are left to the load, which meets them
-/// again.
-pub fn make_ahead(opts: GpuOptions) {
+/// Turns keeping on and, on a thread of its own, makes a device for the options `wanted` gives
+/// there (none: no device is wanted), unless one is being made already. Errors (no adapter, a
+/// driver that fails) are left to the load, which meets them again.
+pub fn make_ahead(wanted: impl FnOnce() -> Option<GpuOptions> + Send + 'static) {
     KEEP.store(true, Ordering::SeqCst);
     let mut ahead = AHEAD.lock().unwrap_or_else(|p| p.into_inner());
     if ahead.is_some() {
@@ -45,20 +46,20 @@ pub fn make_ahead(opts: GpuOptions) {
     }
     *ahead = Some(std::thread::spawn(move || {
         let start = Instant::now();
-        if let Ok(chosen) = choose_adapter(&opts) {
-            if let Ok((device, queue)) = request_device(&chosen) {
-                let pipelines = Arc::new(Pipelines::default());
-                put(device, queue, pipelines, &chosen.info.name, chosen.features);
-            }
-        }
-        start.elapsed()
+        let opts = wanted()?;
+        let chosen = choose_adapter(&opts).ok()?;
+        let (device, queue) = request_device(&chosen).ok()?;
+        let pipelines = Arc::new(Pipelines::default());
+        put(device, queue, pipelines, &chosen.info.name, chosen.features);
+        Some(start.elapsed())
     }));
 }
 
-/// Waits for the device being made ahead, if any: how long making it took.
+/// Waits for the device being made ahead, if any: how long listing the adapters and making it
+/// took (none where none was made).
 pub fn wait_ahead() -> Option<Duration> {
     let handle = AHEAD.lock().unwrap_or_else(|p| p.into_inner()).take()?;
-    handle.join().ok()
+    handle.join().ok().flatten()
 }
 
 /// An idle device made on adapter `adapter` with `features`, if one is kept. A device still
@@ -145,7 +146,8 @@ mod tests {
             eprintln!("SKIPPED: no GPU adapter ({e})");
             return;
         }
-        make_ahead(opts.clone());
+        let ahead = opts.clone();
+        make_ahead(move || Some(ahead));
         assert!(wait_ahead().is_some(), "a device was being made ahead");
         assert_eq!(idle(), 1);
         let first = GpuContext::new(&opts).expect("a context");
