@@ -222,6 +222,14 @@ pub trait Backend: Send {
     /// in place keeps them and holds views into them instead of copies.
     fn share_mappings(&mut self, _maps: &[minerva_formats::Mapping]) {}
 
+    /// Which model loads (a signature of its spec and dtypes), told before the uploads: a
+    /// backend that builds kernels on first use may start on those the model's throwaway step
+    /// asked for when it last loaded, and records what this one asks for.
+    fn model_loads(&mut self, _signature: u64) {}
+
+    /// The model's throwaway step is done: a backend recording its kernels keeps the list.
+    fn first_steps_done(&mut self) {}
+
     /// Uploads a tensor as stored (every dtype of `minerva_formats::DType` that the backend
     /// can decode; an error names the tensor otherwise).
     fn upload(&mut self, view: &TensorView) -> Result<WeightId>;

@@ -147,6 +147,7 @@ impl Model {
             what,
         })?;
         backend.share_mappings(ckpt.mappings());
+        backend.model_loads(signature(ckpt, &spec));
         let started = std::time::Instant::now();
         let weights = load_weights(ckpt, &spec, backend.as_mut(), progress)?;
         if crate::gpu::profile::timing_asked() {
@@ -209,6 +210,7 @@ impl Model {
             let started = std::time::Instant::now();
             let before = crate::gpu::pipelines::built();
             model.warm_up()?;
+            model.backend.first_steps_done();
             if crate::gpu::profile::timing_asked() {
                 let ms = started.elapsed().as_secs_f64() * 1e3;
                 let after = crate::gpu::pipelines::built();
@@ -601,4 +603,15 @@ fn check_spec(s: &ModelSpec) -> std::result::Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// What a model's steps depend on: its spec and every tensor's name, dtype and shape.
+fn signature(ckpt: &Checkpoint, spec: &ModelSpec) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{spec:?}").hash(&mut h);
+    for t in ckpt.tensors() {
+        (t.name, format!("{:?}", t.dtype), t.shape).hash(&mut h);
+    }
+    h.finish()
 }

@@ -76,6 +76,8 @@ pub struct GpuBackend {
     warm: bool,
     /// Weight decoders whose pipelines are being built ahead of use.
     warmed: Vec<super::shader::Defines>,
+    /// While a model loads in a process that keeps devices: the key of its list of kernels.
+    kernel_list: Option<u64>,
 }
 
 fn bad(what: String) -> EngineError {
@@ -118,6 +120,7 @@ impl GpuBackend {
             encoded: HashMap::new(),
             last_graph: None,
             warmed: Vec::new(),
+            kernel_list: None,
             warm,
         };
         if b.warm {
@@ -379,6 +382,27 @@ impl Backend for GpuBackend {
 
     fn share_mappings(&mut self, maps: &[minerva_formats::Mapping]) {
         self.ctx.hold_mappings(maps);
+    }
+
+    fn model_loads(&mut self, signature: u64) {
+        // Processes that load once (the command line, tests) neither read nor write lists; a
+        // software adapter builds nothing ahead (`warm`).
+        if !super::device_pool::keeping() || !self.warm {
+            return;
+        }
+        let key = super::kernel_list::key(signature, &self.ctx.describe());
+        let listed = super::kernel_list::read(key);
+        if !listed.is_empty() {
+            self.ops.build_ahead(listed);
+        }
+        self.ops.pipelines().record();
+        self.kernel_list = Some(key);
+    }
+
+    fn first_steps_done(&mut self) {
+        if let Some(key) = self.kernel_list.take() {
+            super::kernel_list::write(key, &self.ops.pipelines().recorded());
+        }
     }
 
     fn upload(&mut self, view: &TensorView) -> Result<WeightId> {

@@ -111,6 +111,11 @@ pub(super) fn put(
     }
 }
 
+/// Whether this process keeps devices (`make_ahead` was called).
+pub fn keeping() -> bool {
+    KEEP.load(Ordering::SeqCst)
+}
+
 /// Idle devices kept now.
 pub fn idle() -> usize {
     IDLE.lock().unwrap_or_else(|p| p.into_inner()).len()

@@ -13,6 +13,7 @@ pub mod error;
 pub mod fusion;
 mod gather;
 pub mod graph;
+mod kernel_list;
 pub(crate) mod key;
 pub mod ops;
 pub mod pipelines;

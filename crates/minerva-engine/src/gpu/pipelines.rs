@@ -23,6 +23,8 @@ pub struct Pipelines {
     cache: Mutex<HashMap<Key, Arc<wgpu::ComputePipeline>>>,
     /// "file:entry" of each pipeline, by address, for profiles.
     labels: Mutex<HashMap<usize, Arc<str>>>,
+    /// While recording (`record`): the kernels ops asked for, built or found, in order.
+    asked: Mutex<Option<Vec<super::kernel_list::Kernel>>>,
 }
 
 impl Pipelines {
@@ -43,6 +45,20 @@ impl Pipelines {
             .get(&(Arc::as_ptr(pipeline) as usize))
             .cloned()
             .unwrap_or_else(|| Arc::from("kernel"))
+    }
+
+    /// Starts recording the kernels ops ask for (not those built ahead of use).
+    pub fn record(&self) {
+        *self.asked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+    }
+
+    /// The kernels asked for since `record`, each once; recording stops.
+    pub fn recorded(&self) -> Vec<super::kernel_list::Kernel> {
+        self.asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_default()
     }
 
     /// Pipelines built so far.
@@ -98,6 +114,20 @@ impl Pipelines {
             );
         }
         let key: Key = (file.to_string(), flat, entry.to_string());
+        if checked {
+            let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(asked) = asked.as_mut() {
+                let kernel = (
+                    file.to_string(),
+                    defs.clone(),
+                    weights.to_vec(),
+                    entry.to_string(),
+                );
+                if !asked.contains(&kernel) {
+                    asked.push(kernel);
+                }
+            }
+        }
         // The lock is not held while compiling: the warm-up thread must not stall the ops.
         if let Some(p) = self
             .cache

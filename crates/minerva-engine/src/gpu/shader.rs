@@ -75,6 +75,18 @@ fn source(name: &str) -> Option<&'static str> {
     SOURCES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
 }
 
+/// A hash of every kernel source, so that what was recorded of one build's kernels
+/// (`kernel_list`) is not taken for another's.
+pub fn sources_hash() -> u64 {
+    static HASH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HASH.get_or_init(|| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        SOURCES.hash(&mut h);
+        h.finish()
+    })
+}
+
 /// Defines for one variant: name → replacement text (an empty value only marks it defined).
 pub type Defines = BTreeMap<String, String>;
 

@@ -737,19 +737,34 @@ impl Ops {
             }
             jobs.push(("moe_coop.wgsl", Defines::new(), Vec::new(), "gather"));
         }
+        let jobs = jobs
+            .into_iter()
+            .map(|(file, d, weights, entry)| (file.to_string(), d, weights, entry.to_string()))
+            .collect();
+        self.build_ahead(jobs);
+    }
+
+    /// Builds `kernels` on a background thread, in order (a kernel that fails is reported when
+    /// an op uses it).
+    pub fn build_ahead(&self, kernels: Vec<crate::gpu::kernel_list::Kernel>) {
         let (ctx, pipelines) = (self.ctx.clone(), self.pipelines.clone());
         let stop = self.stop_warming.clone();
         let thread = std::thread::spawn(move || {
-            for (file, d, weights, entry) in jobs {
+            for (file, d, weights, entry) in kernels {
                 if stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return;
                 }
-                pipelines.prepare(&ctx, file, &d, &weights, entry);
+                pipelines.prepare(&ctx, &file, &d, &weights, &entry);
             }
         });
         let mut warming = self.warming.lock().unwrap_or_else(|p| p.into_inner());
         warming.retain(|t| !t.is_finished());
         warming.push(thread);
+    }
+
+    /// The cache of kernels built on this device.
+    pub fn pipelines(&self) -> &Pipelines {
+        &self.pipelines
     }
 
     fn weight_defines(&self, w: &GpuWeight, sel: &MatSel) -> Defines {
