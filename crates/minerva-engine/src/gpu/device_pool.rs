@@ -136,9 +136,9 @@ mod tests {
         assert_eq!(ctx.read_u32(&buf, 0, 64).expect("read back"), data);
     }
 
-    /// A device made ahead is what the next context takes; when that context goes, its device
-    /// is kept with the kernels built on it and the next one takes both, working; a destroyed
-    /// (lost) device is not kept.
+    /// A device made ahead is what the next context takes; the kernels asked for while
+    /// recording are listed once; when that context goes, its device is kept with the kernels
+    /// built on it and the next one takes both, working; a destroyed (lost) device is not kept.
     #[test]
     fn devices_made_ahead_and_left_by_a_model_are_taken_by_the_next() {
         let _one = TEST_DEVICES.lock().unwrap_or_else(|p| p.into_inner());
@@ -161,9 +161,20 @@ mod tests {
         works(&first);
         let mut norm = crate::gpu::shader::Defines::new();
         norm.insert("PLAIN".into(), String::new());
+        first.pipelines().record();
         let built = first.pipelines().get(&first, "norm.wgsl", &norm, "main");
         assert!(built.is_ok(), "a kernel builds: {:?}", built.err());
-        drop(built);
+        let found = first.pipelines().get(&first, "norm.wgsl", &norm, "main");
+        assert!(
+            Arc::ptr_eq(&built.unwrap(), &found.unwrap()),
+            "found, not built again"
+        );
+        let asked = first.pipelines().recorded();
+        assert_eq!(asked.len(), 1, "asked for twice, recorded once: {asked:?}");
+        assert_eq!(
+            (asked[0].0.as_str(), asked[0].3.as_str()),
+            ("norm.wgsl", "main")
+        );
         drop(first);
         assert_eq!(idle(), 1, "the first context's device was kept");
         let second = GpuContext::new(&opts).expect("a second context");

@@ -7,7 +7,7 @@
 
 use super::shader::Defines;
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A kernel as `Pipelines` builds it: file, defines, each weight's decoder defines, entry point.
 pub type Kernel = (String, Defines, Vec<Defines>, String);
@@ -25,26 +25,38 @@ pub fn key(model: u64, adapter: &str) -> u64 {
     h.finish()
 }
 
-fn path(key: u64) -> Option<PathBuf> {
-    Some(
-        dirs::cache_dir()?
-            .join("minerva")
-            .join("kernels")
-            .join(format!("{key:016x}.txt")),
-    )
+/// The folder lists live in: the platform's cache folder's `minerva/kernels`.
+fn folder() -> Option<PathBuf> {
+    Some(dirs::cache_dir()?.join("minerva").join("kernels"))
 }
 
 /// The kernels listed under `key`; none where there is no readable list.
 pub fn read(key: u64) -> Vec<Kernel> {
-    let Some(text) = path(key).and_then(|p| std::fs::read_to_string(p).ok()) else {
+    folder().map_or_else(Vec::new, |f| read_in(&f, key))
+}
+
+/// Lists `kernels` under `key`, replacing the list there was.
+pub fn write(key: u64, kernels: &[Kernel]) {
+    if let Some(f) = folder() {
+        write_in(&f, key, kernels);
+    }
+}
+
+fn file(folder: &Path, key: u64) -> PathBuf {
+    folder.join(format!("{key:016x}.txt"))
+}
+
+fn read_in(folder: &Path, key: u64) -> Vec<Kernel> {
+    let Ok(text) = std::fs::read_to_string(file(folder, key)) else {
         return Vec::new();
     };
     text.lines().take(MOST).filter_map(parse).collect()
 }
 
-/// Lists `kernels` under `key` (written to a temporary file, then renamed over the old list).
-pub fn write(key: u64, kernels: &[Kernel]) {
-    let Some(path) = path(key) else { return };
+/// Written to a temporary file, then renamed over the old list, so that a reader never sees
+/// half a list.
+fn write_in(folder: &Path, key: u64, kernels: &[Kernel]) {
+    let path = file(folder, key);
     let text: String = kernels
         .iter()
         .take(MOST)
@@ -52,10 +64,7 @@ pub fn write(key: u64, kernels: &[Kernel]) {
         .map(|l| l + "\n")
         .collect();
     let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-    let written = path
-        .parent()
-        .map(std::fs::create_dir_all)
-        .unwrap_or(Ok(()))
+    let written = std::fs::create_dir_all(folder)
         .and_then(|_| std::fs::write(&tmp, text))
         .and_then(|_| std::fs::rename(&tmp, &path));
     if written.is_err() {
@@ -149,5 +158,30 @@ mod tests {
         assert_eq!(line(&odd), None);
         assert_eq!(parse("norm.wgsl\tmain"), None);
         assert_eq!(parse("norm.wgsl\tmain\tNOEQUALS\t"), None);
+    }
+
+    /// A list written is read back whole, a second write replaces it, another key has none,
+    /// and a folder that cannot be made costs nothing.
+    #[test]
+    fn lists_are_written_and_read_back() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let folder = dir.path().join("minerva").join("kernels");
+        let a: Kernel = (
+            "norm.wgsl".into(),
+            defs(&[("PLAIN", "")]),
+            vec![],
+            "main".into(),
+        );
+        let b: Kernel = ("rope.wgsl".into(), Defines::new(), vec![], "main".into());
+        assert!(read_in(&folder, 7).is_empty());
+        write_in(&folder, 7, &[a.clone(), b.clone()]);
+        assert_eq!(read_in(&folder, 7), vec![a.clone(), b.clone()]);
+        write_in(&folder, 7, std::slice::from_ref(&b));
+        assert_eq!(read_in(&folder, 7), vec![b]);
+        assert!(read_in(&folder, 8).is_empty());
+        let blocked = dir.path().join("a file");
+        std::fs::write(&blocked, "not a folder").expect("a file");
+        write_in(&blocked.join("kernels"), 7, &[a]);
+        assert!(read_in(&blocked.join("kernels"), 7).is_empty());
     }
 }
