@@ -81,16 +81,36 @@ pub fn load_observed(
     // The GPU's device is made while the checkpoint opens: each takes tens of milliseconds
     // (a device 70–100 ms on an H200), and neither needs the other.
     let (made, opened) = std::thread::scope(|s| {
-        let made = s.spawn(|| make_backend(choice.kind, adapter));
+        let made = s.spawn(|| {
+            let t = Instant::now();
+            (make_backend(choice.kind, adapter), t.elapsed())
+        });
         let opened = Checkpoint::open(path);
-        let made = made
-            .join()
-            .unwrap_or_else(|_| Err(EngineError::Backend("making the backend panicked".into())));
+        let open_ms = start.elapsed();
+        let (made, made_ms) = made.join().unwrap_or_else(|_| {
+            (
+                Err(EngineError::Backend("making the backend panicked".into())),
+                Default::default(),
+            )
+        });
+        if crate::gpu::profile::timing_asked() {
+            eprintln!(
+                "load: checkpoint opened in {:.1} ms, backend made in {:.1} ms",
+                open_ms.as_secs_f64() * 1e3,
+                made_ms.as_secs_f64() * 1e3
+            );
+        }
         (made, opened)
     });
     let checkpoint = opened?;
     let spec = checkpoint.spec()?;
     let total: u64 = checkpoint.tensors().map(|t| t.stored_bytes() as u64).sum();
+    if crate::gpu::profile::timing_asked() {
+        eprintln!(
+            "load: spec read {:.1} ms into the load",
+            start.elapsed().as_secs_f64() * 1e3
+        );
+    }
     let mut upload = |backend: Box<dyn Backend>| {
         let mut done = 0u64;
         let mut told = |n: u64| {

@@ -146,8 +146,13 @@ impl Model {
             model: ckpt.main_path().display().to_string(),
             what,
         })?;
+        let started = std::time::Instant::now();
         backend.share_mappings(ckpt.mappings());
         backend.model_loads(signature(ckpt, &spec));
+        if crate::gpu::profile::timing_asked() {
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            eprintln!("load: model signed and its kernel list read in {ms:.1} ms");
+        }
         let started = std::time::Instant::now();
         let weights = load_weights(ckpt, &spec, backend.as_mut(), progress)?;
         if crate::gpu::profile::timing_asked() {
@@ -163,6 +168,7 @@ impl Model {
         mut b: Box<dyn Backend>,
         max_batch: usize,
     ) -> Result<Model> {
+        let assembling = std::time::Instant::now();
         let mut freqs = rope_freqs(&spec.rope);
         if let Some(factors) = &weights.rope_factors {
             for (f, d) in freqs.inv_freq.iter_mut().zip(factors) {
@@ -206,6 +212,10 @@ impl Model {
             max_batch,
             s,
         };
+        if crate::gpu::profile::timing_asked() {
+            let ms = assembling.elapsed().as_secs_f64() * 1e3;
+            eprintln!("load: step buffers made in {ms:.1} ms");
+        }
         if model.backend.builds_kernels_on_first_use() {
             let started = std::time::Instant::now();
             let before = crate::gpu::pipelines::built();

@@ -248,6 +248,7 @@ impl GpuContext {
         if let Some(times) = &mut ring.times {
             times.buffers.0 += 1;
             times.buffers.1 += t.elapsed();
+            times.each.push(t.elapsed());
         }
         ring.write(&self.device, &self.queue, &buf, source, size)?;
         drop(ring);

@@ -33,6 +33,8 @@ struct Half {
 pub(crate) struct UploadTimes {
     /// Weight buffers created, and the time creating them took.
     pub buffers: (u64, Duration),
+    /// The time each creation took, to tell the driver's new memory blocks from the rest.
+    pub each: Vec<Duration>,
     /// Halves made, and the time making and mapping them took.
     made: (u64, Duration),
     /// Halves mapped again, and the time waiting for the device's copies and the map.
@@ -60,6 +62,18 @@ impl UploadTimes {
             self.submitted.0,
             ms(self.submitted.1),
         );
+        let mut each = self.each.clone();
+        each.sort();
+        if let Some(median) = each.get(each.len() / 2) {
+            let slow: Vec<&Duration> = each.iter().filter(|d| d.as_micros() >= 200).collect();
+            eprintln!(
+                "load: upload: a buffer's creation {:.0} µs at the median, {} of them ≥ 200 µs in \
+                 {:.1} ms",
+                median.as_secs_f64() * 1e6,
+                slow.len(),
+                ms(slow.into_iter().sum())
+            );
+        }
     }
 }
 

@@ -49,6 +49,47 @@ fn min_value_size(type_id: u32) -> Option<usize> {
     })
 }
 
+/// What a read is for, as its error names it: the parts joined, and formatted only when the
+/// read fails (a vocabulary's tens of thousands of strings are read without a label each).
+#[derive(Clone, Copy)]
+struct What<'w> {
+    /// The length of a string read for the rest.
+    length: bool,
+    lead: &'static str,
+    name: &'w str,
+    tail: &'static str,
+}
+
+impl<'w> What<'w> {
+    /// "value of key 'K'".
+    fn value_of(key: &'w str) -> What<'w> {
+        What {
+            length: false,
+            lead: "value of key '",
+            name: key,
+            tail: "'",
+        }
+    }
+}
+
+impl<'w> From<&'w str> for What<'w> {
+    fn from(name: &'w str) -> What<'w> {
+        What {
+            length: false,
+            lead: "",
+            name,
+            tail: "",
+        }
+    }
+}
+
+impl std::fmt::Display for What<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let length = if self.length { "length of " } else { "" };
+        write!(f, "{length}{}{}{}", self.lead, self.name, self.tail)
+    }
+}
+
 struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
@@ -64,10 +105,11 @@ impl<'a> Cursor<'a> {
         self.bytes.len() - self.pos
     }
 
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+    fn take<'w>(&mut self, n: usize, what: impl Into<What<'w>>) -> Result<&'a [u8]> {
         if n > self.remaining() {
             return Err(self.err(format!(
-                "truncated GGUF header: {what} needs {n} bytes at offset {}, {} left",
+                "truncated GGUF header: {} needs {n} bytes at offset {}, {} left",
+                what.into(),
                 self.pos,
                 self.remaining()
             )));
@@ -77,23 +119,24 @@ impl<'a> Cursor<'a> {
         Ok(s)
     }
 
-    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
+    fn array<'w, const N: usize>(&mut self, what: impl Into<What<'w>>) -> Result<[u8; N]> {
         Ok(self
             .take(N, what)?
             .try_into()
             .expect("take returned N bytes"))
     }
 
-    fn u32(&mut self, what: &str) -> Result<u32> {
+    fn u32<'w>(&mut self, what: impl Into<What<'w>>) -> Result<u32> {
         self.array(what).map(u32::from_le_bytes)
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64> {
+    fn u64<'w>(&mut self, what: impl Into<What<'w>>) -> Result<u64> {
         self.array(what).map(u64::from_le_bytes)
     }
 
     /// A count of items of at least `min_size` bytes each, checked against the bytes left.
-    fn count(&mut self, min_size: usize, what: &str) -> Result<usize> {
+    fn count<'w>(&mut self, min_size: usize, what: impl Into<What<'w>>) -> Result<usize> {
+        let what = what.into();
         let n = self.u64(what)?;
         let fits = usize::try_from(n).ok().filter(|&n| {
             n.checked_mul(min_size)
@@ -107,8 +150,15 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    fn string(&mut self, what: &str) -> Result<String> {
-        let len = self.count(1, &format!("length of {what}"))?;
+    fn string<'w>(&mut self, what: impl Into<What<'w>>) -> Result<String> {
+        let what = what.into();
+        let len = self.count(
+            1,
+            What {
+                length: true,
+                ..what
+            },
+        )?;
         let at = self.pos;
         let raw = self.take(len, what)?;
         String::from_utf8(raw.to_vec())
@@ -131,7 +181,7 @@ impl<'a> Cursor<'a> {
                     return Err(self.err(format!("key '{key}': bool value {b} is neither 0 nor 1")))
                 }
             },
-            8 => MetaValue::String(self.string(&format!("value of key '{key}'"))?),
+            8 => MetaValue::String(self.string(What::value_of(key))?),
             9 => {
                 if depth >= MAX_ARRAY_DEPTH {
                     return Err(self.err(format!(
@@ -142,7 +192,15 @@ impl<'a> Cursor<'a> {
                 let min = min_value_size(elem).ok_or_else(|| {
                     self.err(format!("key '{key}': unknown array element type {elem}"))
                 })?;
-                let n = self.count(min, &format!("element count of key '{key}'"))?;
+                let n = self.count(
+                    min,
+                    What {
+                        length: false,
+                        lead: "element count of key '",
+                        name: key,
+                        tail: "'",
+                    },
+                )?;
                 let mut items = Vec::with_capacity(n);
                 for _ in 0..n {
                     items.push(self.value(elem, depth + 1, key)?);
@@ -185,7 +243,7 @@ pub fn parse_header(bytes: &[u8], path: &Path) -> Result<Header> {
     let mut metadata = Metadata::default();
     for _ in 0..n_kv {
         let key = c.string("metadata key")?;
-        let t = c.u32(&key)?;
+        let t = c.u32(key.as_str())?;
         let value = c.value(t, 0, &key)?;
         if metadata.0.insert(key.clone(), value).is_some() {
             return Err(c.err(format!("key '{key}' appears twice")));
@@ -208,7 +266,7 @@ pub fn parse_header(bytes: &[u8], path: &Path) -> Result<Header> {
     let mut tensors = Vec::with_capacity(n_tensors);
     for _ in 0..n_tensors {
         let name = c.string("tensor name")?;
-        let n_dims = c.u32(&name)? as usize;
+        let n_dims = c.u32(name.as_str())? as usize;
         if n_dims > MAX_DIMS {
             return Err(c.err(format!(
                 "tensor '{name}': {n_dims} dimensions (at most {MAX_DIMS})"
@@ -216,7 +274,7 @@ pub fn parse_header(bytes: &[u8], path: &Path) -> Result<Header> {
         }
         let mut ne = Vec::with_capacity(n_dims);
         for _ in 0..n_dims {
-            ne.push(c.u64(&name)?);
+            ne.push(c.u64(name.as_str())?);
         }
         if ne
             .iter()
@@ -227,8 +285,8 @@ pub fn parse_header(bytes: &[u8], path: &Path) -> Result<Header> {
                 "tensor '{name}': element count of dimensions {ne:?} overflows"
             )));
         }
-        let ggml_type = c.u32(&name)?;
-        let offset = c.u64(&name)?;
+        let ggml_type = c.u32(name.as_str())?;
+        let offset = c.u64(name.as_str())?;
         if offset % alignment != 0 {
             return Err(c.err(format!(
                 "tensor '{name}': offset {offset} is not a multiple of the alignment {alignment}"
