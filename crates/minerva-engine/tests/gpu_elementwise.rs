@@ -228,19 +228,33 @@ fn argmax_and_top_k() {
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(15);
     // One value; a whole row (with -inf) as top-k; rows of one workgroup; many workgroups with
-    // ties across them; more workgroups than the merge takes at 2048 values each.
-    for (n, rows, k) in [
-        (1usize, 2usize, 1usize),
-        (33, 3, 33),
-        (1000, 3, 7),
-        (100_003, 2, 40),
-        (2_100_001, 1, 5),
+    // ties across them; more workgroups than the merge takes at 2048 values each; the sampler's
+    // 256 candidates over a vocabulary (lists of the sorted top-k merged over several windows);
+    // more candidates than the sorted top-k takes; a row of one value repeated (more ties at
+    // the k-th than are kept).
+    for (n, rows, k, flat) in [
+        (1usize, 2usize, 1usize, false),
+        (33, 3, 33, false),
+        (1000, 3, 7, false),
+        (100_003, 2, 40, false),
+        (2_100_001, 1, 5, false),
+        (32_000, 2, 256, false),
+        (5_000, 1, 1_500, false),
+        (9_000, 2, 300, true),
     ] {
         let mut logits = rng.vec(n * rows);
+        if flat {
+            // Every value the same but a few better ones.
+            logits.iter_mut().for_each(|v| *v = 0.25);
+            for r in 0..rows {
+                logits[r * n + 4_000 + r] = 1.0;
+                logits[r * n + 7] = 0.5;
+            }
+        }
         for r in 0..rows {
             let row = &mut logits[r * n..(r + 1) * n];
             // Ties: the top and the next value in several places each; the lowest index wins.
-            if n > 30 {
+            if n > 30 && !flat {
                 for at in [n - 1, n / 2 + r, 17 + r, 29] {
                     row[at] = 5.0;
                 }

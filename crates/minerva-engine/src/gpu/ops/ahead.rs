@@ -1,7 +1,9 @@
 //! Kernels built ahead of use on background threads: those a model's steps will use, from its
 //! weights' dtypes and the fixed kernels (`warm_up`), and those a list names (`build_ahead`).
 
-use super::{coop_block_defines, coop_weight_defines, Eltwise, MatmulTile, Ops, MOE_COOP_TILES};
+use super::{
+    coop_block_defines, coop_weight_defines, select, Eltwise, MatmulTile, Ops, MOE_COOP_TILES,
+};
 use crate::gpu::shader::{defines, Defines};
 
 impl Ops {
@@ -70,7 +72,10 @@ impl Ops {
                 jobs.push(single("elementwise.wgsl", Self::eltwise_defines(op)));
             }
             jobs.push(single("select.wgsl", Defines::new()));
-            jobs.push(single("select.wgsl", defines(&[("TOPK", String::new())])));
+            jobs.push(single(
+                "select.wgsl",
+                select::top_k_defines(crate::backend::DEVICE_SAMPLE_CANDIDATES as u32),
+            ));
             for entry in ["penalize", "pick"] {
                 jobs.push(("sample.wgsl", Defines::new(), Vec::new(), entry));
             }

@@ -11,6 +11,19 @@ use bytemuck::{Pod, Zeroable};
 const SELECT_WG: u32 = 256;
 const SELECT_LISTS: u32 = 4;
 
+/// The most candidates select.wgsl's sorted top-k takes (SORTED: half its sort's SORT entries,
+/// so that every window still brings new ones); more go one pick at a time.
+const SORTED_MOST: u32 = 1024;
+
+/// The defines of select.wgsl's top-k of `k` candidates.
+pub(super) fn top_k_defines(k: u32) -> Defines {
+    if k <= SORTED_MOST {
+        defines(&[("TOPK", String::new()), ("SORTED", String::new())])
+    } else {
+        defines(&[("TOPK", String::new())])
+    }
+}
+
 /// u32 words of scratch that `Ops::argmax` / `Ops::top_k` need over `rows` rows of `n` values.
 pub fn select_scratch_len(n: u32, rows: u32, k: u32) -> u64 {
     let (block, blocks) = select_blocks(n);
@@ -79,7 +92,7 @@ impl Ops {
         scratch: &wgpu::Buffer,
         counters: &wgpu::Buffer,
     ) -> GpuResult<Dispatch> {
-        let pipe = self.pipeline("select.wgsl", &defines(&[("TOPK", String::new())]), "main")?;
+        let pipe = self.pipeline("select.wgsl", &top_k_defines(k), "main")?;
         let params = Self::select_params(n, rows, k, offset);
         let ub = self.ctx.uniform("top-k params", &params);
         Ok(self.dispatch(
