@@ -30,6 +30,9 @@ struct Params {
 
 const WG: u32 = 256u;
 var<workgroup> partial: array<f32, WG>;
+// Each candidate's exp((v − best) / T), worked out by all threads at once, so that the serial
+// top-p, min-p and draw loops below only add (they load and exponentiate nothing).
+var<workgroup> weights: array<f32, WG>;
 
 fn penalized(v: f32) -> f32 {
     if (v > 0.0) {
@@ -63,7 +66,11 @@ fn penalize(@builtin(local_invocation_id) lid3: vec3<u32>) {
 fn pick(@builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     let best = cand_vals[0];
-    let kept_k = select(p.k, min(p.top_k, p.k), p.top_k > 0u);
+    // At most WG candidates (the host asks for at most 256).
+    let kept_k = min(WG, select(p.k, min(p.top_k, p.k), p.top_k > 0u));
+    for (var i = lid; i < kept_k; i += WG) {
+        weights[i] = exp((cand_vals[i] - best) / p.temperature);
+    }
     // The softmax's denominator: over the row, or over the top k.
     var s = 0.0;
     if (p.top_k == 0u) {
@@ -72,7 +79,7 @@ fn pick(@builtin(local_invocation_id) lid3: vec3<u32>) {
         }
     } else {
         for (var i = lid; i < kept_k; i += WG) {
-            s += exp((cand_vals[i] - best) / p.temperature);
+            s += weights[i];
         }
     }
     partial[lid] = s;
@@ -92,7 +99,7 @@ fn pick(@builtin(local_invocation_id) lid3: vec3<u32>) {
     if (p.top_p < 1.0) {
         var acc = 0.0;
         for (var i = 0u; i < kept_k; i++) {
-            acc += exp((cand_vals[i] - best) / p.temperature) / total;
+            acc += weights[i] / total;
             if (acc >= p.top_p) {
                 keep = i + 1u;
                 break;
@@ -102,20 +109,20 @@ fn pick(@builtin(local_invocation_id) lid3: vec3<u32>) {
     if (p.min_p > 0.0) {
         let least = p.min_p / total;
         var n = 0u;
-        while (n < keep && exp((cand_vals[n] - best) / p.temperature) / total >= least) {
+        while (n < keep && weights[n] / total >= least) {
             n++;
         }
         keep = max(n, 1u);
     }
     var kept = 0.0;
     for (var i = 0u; i < keep; i++) {
-        kept += exp((cand_vals[i] - best) / p.temperature);
+        kept += weights[i];
     }
     let goal = p.u * kept;
     var acc = 0.0;
     var drawn = cand_ids[keep - 1u];
     for (var i = 0u; i < keep; i++) {
-        acc += exp((cand_vals[i] - best) / p.temperature);
+        acc += weights[i];
         if (goal < acc) {
             drawn = cand_ids[i];
             break;

@@ -8,8 +8,8 @@
 // argmax, ≈ 3 µs a pick on an H200). With SORTED (TOPK, k ≤ SORT / 2) a workgroup sorts up to
 // SORT entries at once in workgroup memory (a bitonic network, ≈ 66 barriers for SORT), keeps
 // the best k and takes the next window of entries in behind them; the merge first drops every
-// entry ranked after the best of the full lists' last entries (the row's k-th best cannot be
-// ranked after it), so that it rarely sorts more than once.
+// entry ranked after a bound that the row's k-th best cannot be ranked after (from the lists'
+// entries at one position), so that it rarely sorts more than a few hundred.
 struct Params {
     n: u32,
     rows: u32,
@@ -162,18 +162,24 @@ fn block_list(base: u32, first: u32, len: u32, list: u32, lid: u32) {
 // The last workgroup of a row: the best k of the row's lists → ids (and values).
 fn merge_lists(row: u32, lid: u32) {
     let lists = row * p.blocks * p.kept;
-    // The best of the full lists' last entries: the row's k-th best is ranked at or before it.
-    var bound = nothing();
-    for (var j = 0u; j < LISTS; j++) {
-        let b = lid + WG * j;
-        if (b < p.blocks && list_len(b) == p.kept) {
-            let c = entry(lists + b * p.kept + p.kept - 1u);
-            if (before(c, bound)) {
-                bound = c;
-            }
+    // A bound: each list's entry at position r, sorted; the (s+1)-th best of them has s+1 lists
+    // with r+1 entries each ranked at or before it, (s+1)(r+1) ≥ k, so the row's k-th best is
+    // ranked at or before it and nothing ranked after it is kept. Lists without an entry at r
+    // (a short last block) give nothing, which bounds nothing.
+    let r = (p.k + p.blocks - 1u) / p.blocks - 1u;
+    let s = (p.k + r) / (r + 1u) - 1u;
+    let heads = max(2u, 1u << (32u - countLeadingZeros(max(p.blocks, 2u) - 1u)));
+    for (var b = lid; b < heads; b += WG) {
+        var c = nothing();
+        if (b < p.blocks && list_len(b) > r) {
+            c = entry(lists + b * p.kept + r);
         }
+        put(b, c);
     }
-    let last = pick(lid, bound);
+    workgroupBarrier();
+    sort_held(heads, lid);
+    let last = Cand(sv[s], si[s]);
+    workgroupBarrier();
     var held = 0u;
     var at = 0u;
     let total = p.blocks * p.kept;
