@@ -231,18 +231,24 @@ fn argmax_and_top_k() {
     // ties across them; more workgroups than the merge takes at 2048 values each; the sampler's
     // 256 candidates over a vocabulary (lists of the sorted top-k merged over several windows);
     // more candidates than the sorted top-k takes; a row of one value repeated (more ties at
-    // the k-th than are kept).
-    for (n, rows, k, flat) in [
-        (1usize, 2usize, 1usize, false),
-        (33, 3, 33, false),
-        (1000, 3, 7, false),
-        (100_003, 2, 40, false),
-        (2_100_001, 1, 5, false),
-        (32_000, 2, 256, false),
-        (5_000, 1, 1_500, false),
-        (9_000, 2, 300, true),
+    // the k-th than are kept); two blocks far above the third (more entries within the merge's
+    // bound than one sort holds).
+    for (n, rows, k, shape) in [
+        (1usize, 2usize, 1usize, ""),
+        (33, 3, 33, ""),
+        (1000, 3, 7, ""),
+        (100_003, 2, 40, ""),
+        (2_100_001, 1, 5, ""),
+        (32_000, 2, 256, ""),
+        (5_000, 1, 1_500, ""),
+        (9_000, 2, 300, "flat"),
+        (6_144, 1, 1_000, "tiers"),
     ] {
+        let flat = shape == "flat";
         let mut logits = rng.vec(n * rows);
+        if shape == "tiers" {
+            logits[..4_096].iter_mut().for_each(|v| *v += 10.0);
+        }
         if flat {
             // Every value the same but a few better ones.
             logits.iter_mut().for_each(|v| *v = 0.25);

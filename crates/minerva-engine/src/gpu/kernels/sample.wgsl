@@ -74,9 +74,28 @@ fn pick(@builtin(local_invocation_id) lid3: vec3<u32>) {
     // The softmax's denominator: over the row, or over the top k.
     var s = 0.0;
     if (p.top_k == 0u) {
-        for (var i = lid; i < p.n; i += WG) {
-            s += exp((logits[p.offset + i] - best) / p.temperature);
+        // Eight of the row's values loaded at once per thread: one at a time, each thread of
+        // this one workgroup waited on every load in turn (≈ 75 µs for 201,088 values).
+        var a = vec4<f32>(0.0);
+        var b = vec4<f32>(0.0);
+        var i = lid;
+        for (; i + 7u * WG < p.n; i += 8u * WG) {
+            let at = p.offset + i;
+            let u = vec4<f32>(logits[at], logits[at + WG], logits[at + 2u * WG], logits[at + 3u * WG]);
+            let v = vec4<f32>(
+                logits[at + 4u * WG],
+                logits[at + 5u * WG],
+                logits[at + 6u * WG],
+                logits[at + 7u * WG],
+            );
+            a += exp((u - best) / p.temperature);
+            b += exp((v - best) / p.temperature);
         }
+        for (; i < p.n; i += WG) {
+            a.x += exp((logits[p.offset + i] - best) / p.temperature);
+        }
+        let ab = a + b;
+        s = (ab.x + ab.y) + (ab.z + ab.w);
     } else {
         for (var i = lid; i < kept_k; i += WG) {
             s += weights[i];

@@ -159,27 +159,8 @@ fn block_list(base: u32, first: u32, len: u32, list: u32, lid: u32) {
     }
 }
 
-// The last workgroup of a row: the best k of the row's lists → ids (and values).
-fn merge_lists(row: u32, lid: u32) {
-    let lists = row * p.blocks * p.kept;
-    // A bound: each list's entry at position r, sorted; the (s+1)-th best of them has s+1 lists
-    // with r+1 entries each ranked at or before it, (s+1)(r+1) ≥ k, so the row's k-th best is
-    // ranked at or before it and nothing ranked after it is kept. Lists without an entry at r
-    // (a short last block) give nothing, which bounds nothing.
-    let r = (p.k + p.blocks - 1u) / p.blocks - 1u;
-    let s = (p.k + r) / (r + 1u) - 1u;
-    let heads = max(2u, 1u << (32u - countLeadingZeros(max(p.blocks, 2u) - 1u)));
-    for (var b = lid; b < heads; b += WG) {
-        var c = nothing();
-        if (b < p.blocks && list_len(b) > r) {
-            c = entry(lists + b * p.kept + r);
-        }
-        put(b, c);
-    }
-    workgroupBarrier();
-    sort_held(heads, lid);
-    let last = Cand(sv[s], si[s]);
-    workgroupBarrier();
+// The best k of the row's lists at or before `last`, a window of list entries at a time.
+fn merge_windows(lists: u32, last: Cand, lid: u32) -> u32 {
     var held = 0u;
     var at = 0u;
     let total = p.blocks * p.kept;
@@ -188,6 +169,7 @@ fn merge_lists(row: u32, lid: u32) {
             break;
         }
         let take = min(SORT - held, total - at);
+        workgroupBarrier();
         if (lid == 0u) {
             atomicStore(&fill, 0u);
         }
@@ -210,6 +192,60 @@ fn merge_lists(row: u32, lid: u32) {
             held = settle(held, got, p.k, lid);
         }
         at += take;
+    }
+    return held;
+}
+
+// The last workgroup of a row: the best k of the row's lists → ids (and values).
+fn merge_lists(row: u32, lid: u32) {
+    let lists = row * p.blocks * p.kept;
+    // A bound: each list's entry at position r, sorted; the (s+1)-th best of them has s+1 lists
+    // with r+1 entries each ranked at or before it, (s+1)(r+1) ≥ k, so the row's k-th best is
+    // ranked at or before it and nothing ranked after it is kept. Lists without an entry at r
+    // (a short last block) give nothing, which bounds nothing.
+    let r = (p.k + p.blocks - 1u) / p.blocks - 1u;
+    let s = (p.k + r) / (r + 1u) - 1u;
+    let heads = max(2u, 1u << (32u - countLeadingZeros(max(p.blocks, 2u) - 1u)));
+    for (var b = lid; b < heads; b += WG) {
+        var c = nothing();
+        if (b < p.blocks && list_len(b) > r) {
+            c = entry(lists + b * p.kept + r);
+        }
+        put(b, c);
+    }
+    workgroupBarrier();
+    sort_held(heads, lid);
+    let last = Cand(sv[s], si[s]);
+    // The entries ranked at or before the bound: each list scanned from its head by a few
+    // threads (positions apart by their count) until one is ranked after it.
+    if (lid == 0u) {
+        atomicStore(&fill, 0u);
+    }
+    workgroupBarrier();
+    let per_list = max(1u, WG / p.blocks);
+    for (var b = lid / per_list; b < p.blocks; b += WG / per_list) {
+        for (var at = lid % per_list; at < list_len(b); at += per_list) {
+            let c = entry(lists + b * p.kept + at);
+            if (before(last, c)) {
+                break;
+            }
+            let slot = atomicAdd(&fill, 1u);
+            if (slot < SORT) {
+                put(slot, c);
+            }
+        }
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        filled = atomicLoad(&fill);
+    }
+    let found = workgroupUniformLoad(&filled);
+    var held = 0u;
+    if (found <= SORT) {
+        held = settle(0u, found, p.k, lid);
+    } else {
+        // More than one sort holds (a row of many equal values): the lists a window at a time.
+        held = merge_windows(lists, last, lid);
     }
     for (var s = lid; s < p.k; s += WG) {
         var c = nothing();
