@@ -322,6 +322,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn labels_read_as_the_errors_name_them() {
+        let key = What::value_of("general.name");
+        assert_eq!(key.to_string(), "value of key 'general.name'");
+        let len = What {
+            length: true,
+            ..key
+        };
+        assert_eq!(len.to_string(), "length of value of key 'general.name'");
+        assert_eq!(What::from("tensor name").to_string(), "tensor name");
+        // A string longer than the bytes left names what it was read for.
+        let bytes = 5u64.to_le_bytes();
+        let mut c = Cursor {
+            bytes: &bytes,
+            pos: 0,
+            path: Path::new("m.gguf"),
+        };
+        let e = c
+            .string(What::value_of("general.name"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("length of value of key 'general.name' is 5, more than the 0 bytes"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn every_value_type_has_a_size_bound() {
         assert!((0..13).all(|t| min_value_size(t).is_some()));
         assert_eq!(min_value_size(13), None);
