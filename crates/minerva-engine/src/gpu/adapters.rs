@@ -73,7 +73,9 @@ pub(super) fn choose_adapter(opts: &GpuOptions) -> GpuResult<Chosen> {
     let mut wanted = wgpu::Features::SUBGROUP
         | wgpu::Features::SUBGROUP_BARRIER
         | wgpu::Features::SHADER_F16
-        | wgpu::Features::TIMESTAMP_QUERY;
+        | wgpu::Features::TIMESTAMP_QUERY
+        // Kernel parameters written in place (`GpuContext::params`).
+        | wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
     let matrix_cores = matrix_cores_wanted(opts) && offers_matrix_cores(&adapter);
     if matrix_cores {
         wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;

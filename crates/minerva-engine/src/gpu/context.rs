@@ -370,7 +370,36 @@ impl GpuContext {
         buf
     }
 
-    /// A uniform buffer holding `data` (a Pod struct laid out like the kernel's Params).
+    /// A kernel's parameters, written once when its dispatch is built: a uniform buffer the
+    /// host maps and writes at its creation where the device allows it (MAPPABLE_PRIMARY_BUFFERS;
+    /// wgpu places it in device-local memory the host can write, where there is some). A
+    /// queued write (`uniform`) stages every buffer through one of its own, and a prompt of a new
+    /// length builds hundreds of dispatches.
+    pub fn params<T: bytemuck::Pod>(&self, label: &str, data: &T) -> wgpu::Buffer {
+        if !self
+            .features
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+        {
+            return self.uniform(label, data);
+        }
+        let bytes = bytemuck::bytes_of(data);
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.len().max(16).next_multiple_of(4) as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::MAP_WRITE,
+            mapped_at_creation: true,
+        });
+        match buf.get_mapped_range_mut(..bytes.len() as u64) {
+            Ok(mut view) => view.copy_from_slice(bytes),
+            // The device is lost or out of memory: the error handler has it, `check` reports it.
+            Err(_) => return buf,
+        }
+        buf.unmap();
+        buf
+    }
+
+    /// A uniform buffer holding `data` (a Pod struct laid out like the kernel's Params), written
+    /// through the queue: for uniforms the host writes again later.
     pub fn uniform<T: bytemuck::Pod>(&self, label: &str, data: &T) -> wgpu::Buffer {
         let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),

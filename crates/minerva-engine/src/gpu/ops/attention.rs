@@ -261,7 +261,7 @@ impl Ops {
             &self.attn_defines(cache, false),
             "rope_write",
         )?;
-        let ub = self.ctx.uniform(
+        let ub = self.ctx.params(
             "rope+kv params",
             &self.attn_params(shape, tokens, AttnOffsets::default(), Some(rotary)),
         );
@@ -310,7 +310,7 @@ impl Ops {
             sinks: sinks.map(|r| r.offset).unwrap_or(0),
             ..AttnOffsets::default()
         };
-        let ub = self.ctx.uniform(
+        let ub = self.ctx.params(
             "attention params",
             &self.attn_params(shape, tokens, offsets, None),
         );
@@ -444,7 +444,7 @@ impl Ops {
             xq_scales: records.map(|r| r.scales).unwrap_or(0),
             ..self.attn_params(shape, 1, offsets, Some(rotary))
         };
-        let ub = self.ctx.uniform("decode+rope params", &params);
+        let ub = self.ctx.params("decode+rope params", &params);
         let [q, k, v] = qkv;
         let mut entries = vec![
             (0, &ub),

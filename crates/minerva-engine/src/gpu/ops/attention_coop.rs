@@ -153,7 +153,7 @@ impl Ops {
         while head0 < shape.heads {
             let n = layout.heads_per_group.min(shape.heads - head0);
             let params = CoopAttnParams { head0, ..base };
-            let ub = self.ctx.uniform("coop attention params", &params);
+            let ub = self.ctx.params("coop attention params", &params);
             let blocks = layout.rows / COOP_BLOCK;
             d.push(self.dispatch(
                 scores_pipe.clone(),
@@ -176,7 +176,7 @@ impl Ops {
             ));
             head0 += n;
         }
-        let ub = self.ctx.uniform("coop attention params", &base);
+        let ub = self.ctx.params("coop attention params", &base);
         d.push(self.dispatch(
             gather_pipe,
             &[(0, &ub), (1, step), (6, &o), (8, out)],

@@ -105,7 +105,7 @@ impl Ops {
             k_split,
             split_stride,
         };
-        let ub = self.ctx.uniform("coop split params", &params);
+        let ub = self.ctx.params("coop split params", &params);
         let grid = [padded / COOP_BLOCK, rows / per_group, splits];
         let product = self.dispatch(pipe, &[(0, w16), (1, x16), (2, &partials), (3, &ub)], grid);
         let sum_defs = match bias {
@@ -123,7 +123,7 @@ impl Ops {
             bias_offset: bias.map_or(0, |b| b.offset),
             _pad: 0,
         };
-        let sub = self.ctx.uniform("coop splits params", &sp);
+        let sub = self.ctx.params("coop splits params", &sp);
         let mut entries = vec![(0, &partials), (1, y.buf), (2, &sub)];
         if let Some(b) = &bias {
             entries.push((3, b.buf));

@@ -115,7 +115,7 @@ impl Ops {
                 scale,
                 _pad: [0; 3],
             };
-            let ub = self.ctx.uniform("embed params", &params);
+            let ub = self.ctx.params("embed params", &params);
             let mut entries = part.entries();
             entries.extend([(3, ids), (4, y), (5, &ub)]);
             out.push(self.dispatch(pipe.clone(), &entries, [units.div_ceil(8), tokens, 1]));
@@ -177,7 +177,7 @@ impl Ops {
             w_offset: w.offset,
             _pad: [0; 2],
         };
-        let ub = self.ctx.uniform("norm params", &params);
+        let ub = self.ctx.params("norm params", &params);
         let mut entries = vec![(1, y.buf), (2, w.buf), (3, &ub)];
         if let Some(x) = x {
             entries.push((0, x.buf));
@@ -221,7 +221,7 @@ impl Ops {
             mscale,
             heads2,
         };
-        let ub = self.ctx.uniform("rope params", &params);
+        let ub = self.ctx.params("rope params", &params);
         let mut entries = vec![(0, v), (1, freq), (2, &ub), (3, step)];
         if let Some((b, _)) = second {
             entries.push((4, b));
@@ -263,7 +263,7 @@ impl Ops {
             limit,
             _pad: [0; 2],
         };
-        let ub = self.ctx.uniform("eltwise params", &params);
+        let ub = self.ctx.params("eltwise params", &params);
         let mut entries = vec![(0, a.buf), (2, y.buf), (3, &ub)];
         if !one_input {
             entries.push((1, bb.buf));

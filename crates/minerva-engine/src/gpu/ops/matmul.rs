@@ -378,7 +378,7 @@ impl Ops {
                 k_split: k,
                 split_stride: 0,
             };
-            let ub = self.ctx.uniform("coop params", &params);
+            let ub = self.ctx.params("coop params", &params);
             let mut entries = vec![(0, &w16), (1, &x16), (2, y.buf), (3, &ub)];
             if let Some(b) = &block {
                 entries.push((4, b));
@@ -428,7 +428,7 @@ impl Ops {
                 bias_offset: bias.map(|(b, _)| b.offset).unwrap_or(0) + r.j_lo as u32,
                 out_rows: sel.out_dim as u32,
             };
-            let ub = self.ctx.uniform("coop weights params", &params);
+            let ub = self.ctx.params("coop weights params", &params);
             let mut entries = part.entries();
             entries.extend([(3, out), (4, &ub)]);
             if let Some((b, block)) = &bias {
@@ -459,7 +459,7 @@ impl Ops {
             x_stride: x.stride,
             _pad: [0; 3],
         };
-        let ub = self.ctx.uniform("coop inputs params", &params);
+        let ub = self.ctx.params("coop inputs params", &params);
         let entries = [(0, x.buf), (1, out), (2, &ub)];
         Ok(self.dispatch(pipe, &entries, [(stride / 4).div_ceil(64), tokens, 1]))
     }
@@ -538,7 +538,7 @@ impl Ops {
                 x_div: experts.map(|e| e.x_div.max(1)).unwrap_or(1),
                 _pad: 0,
             };
-            let ub = self.ctx.uniform("matmul params", &params);
+            let ub = self.ctx.params("matmul params", &params);
             let mut entries = part.entries();
             entries.extend([(3, x.buf), (4, y.buf), (5, &ub)]);
             if let Some(e) = &experts {

@@ -237,7 +237,7 @@ impl Ops {
                 logits_offset: route.map_or(0, |r| r.offset),
                 ..MultiParams::whole([rows, 0, 0], gs.in_dim as u32, x.offset, gx)
             };
-            let ub = self.ctx.uniform("glu experts params", &params);
+            let ub = self.ctx.params("glu experts params", &params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
             entries.extend(multi_weight_entries(0, gp));
             entries.extend(multi_weight_entries(1, up));
@@ -301,7 +301,7 @@ impl Ops {
             groups_x: gx,
             ..Zeroable::zeroed()
         };
-        let ub = self.ctx.uniform("route params", &params);
+        let ub = self.ctx.params("route params", &params);
         Ok(self.dispatch(
             pipe,
             &[(0, &ub), (1, logits), (2, ids), (3, weights)],
@@ -345,7 +345,7 @@ impl Ops {
             tile_pairs: tiles_per_pair(tokens * k, experts),
             ..Zeroable::zeroed()
         };
-        let ub = self.ctx.uniform("group params", &params);
+        let ub = self.ctx.params("group params", &params);
         Ok(self.dispatch(
             pipe,
             &[(0, &ub), (2, ids), (5, order), (6, tiles)],
@@ -370,7 +370,7 @@ impl Ops {
             tokens,
             ..Zeroable::zeroed()
         };
-        let ub = self.ctx.uniform("scatter params", &params);
+        let ub = self.ctx.params("scatter params", &params);
         Ok(self.dispatch(
             pipe,
             &[(0, &ub), (2, ids), (3, weights), (4, dense)],
@@ -418,7 +418,7 @@ impl Ops {
             xq_sq: records.map(|(_, r)| r.sq_at()).unwrap_or(0),
             ..Zeroable::zeroed()
         };
-        let ub = self.ctx.uniform("combine params", &params);
+        let ub = self.ctx.params("combine params", &params);
         let mut entries = vec![(0, &ub), (1, expert_out), (3, weights), (4, y)];
         if let Some(r) = residual {
             entries.push((7, r));

@@ -142,7 +142,7 @@ impl Ops {
             x_div: e.x_div.max(1),
             ..Zeroable::zeroed()
         };
-        let ub = self.ctx.uniform("moe coop gather params", &params);
+        let ub = self.ctx.params("moe coop gather params", &params);
         let pipe = self.pipeline("moe_coop.wgsl", &Defines::new(), "gather")?;
         out.push(self.dispatch(
             pipe,
@@ -179,7 +179,7 @@ impl Ops {
                     bias_offset: 0,
                     out_rows: n as u32 * rows,
                 };
-                let wub = self.ctx.uniform("coop expert weights params", &wp);
+                let wub = self.ctx.params("coop expert weights params", &wp);
                 let mut entries = part.entries();
                 entries.extend([(3, &w16), (4, &wub)]);
                 out.push(self.dispatch(
@@ -201,7 +201,7 @@ impl Ops {
                     k_split,
                     split_stride,
                 };
-                let cub = self.ctx.uniform("coop expert params", &cp);
+                let cub = self.ctx.params("coop expert params", &cp);
                 out.push(self.dispatch(
                     product.clone(),
                     &[
@@ -232,7 +232,7 @@ impl Ops {
             split_stride,
             ..Zeroable::zeroed()
         };
-        let ub = self.ctx.uniform("moe coop scatter params", &params);
+        let ub = self.ctx.params("moe coop scatter params", &params);
         let d = match bias {
             Some(_) => defines(&[("BIAS", String::new())]),
             None => Defines::new(),

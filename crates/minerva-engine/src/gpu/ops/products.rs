@@ -257,7 +257,7 @@ impl Ops {
             eps: norm.map(|n| n.eps).unwrap_or(0.0),
             _pad: 0,
         };
-        let ub = self.ctx.uniform("quantize params", &params);
+        let ub = self.ctx.params("quantize params", &params);
         let mut entries = vec![(0, x.buf), (1, &records.buf), (2, &ub)];
         if let Some(n) = &norm {
             entries.push((3, n.buf));
@@ -406,7 +406,7 @@ impl Ops {
                 xq_sq: normed_records.map(|r| r.sq_at()).unwrap_or(0),
                 _pad: 0,
             };
-            let ub = self.ctx.uniform("matvec params", &params);
+            let ub = self.ctx.params("matvec params", &params);
             let mut entries = part.entries();
             let xbuf = x_binding(&quantized, x.buf);
             entries.extend([(3, xbuf), (4, y.buf), (5, &ub)]);
@@ -529,7 +529,7 @@ impl Ops {
             xq_sq: given.map(|r| r.sq_at()).unwrap_or(0),
             ..MultiParams::whole(used, cols, x.offset, gx)
         };
-        let ub = self.ctx.uniform("multi params", &params);
+        let ub = self.ctx.params("multi params", &params);
         let mut entries: Vec<(u32, &wgpu::Buffer)> = Vec::new();
         for (i, w) in weights.iter().enumerate() {
             entries.extend(multi_weight_entries(i, &w.parts[0]));

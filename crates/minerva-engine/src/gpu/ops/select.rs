@@ -68,7 +68,7 @@ impl Ops {
     ) -> GpuResult<Dispatch> {
         let pipe = self.pipeline("select.wgsl", &Defines::new(), "main")?;
         let params = Self::select_params(n, rows, 1, offset);
-        let ub = self.ctx.uniform("argmax params", &params);
+        let ub = self.ctx.params("argmax params", &params);
         Ok(self.dispatch(
             pipe,
             &[(0, &ub), (1, logits), (2, ids), (4, scratch), (5, counters)],
@@ -94,7 +94,7 @@ impl Ops {
     ) -> GpuResult<Dispatch> {
         let pipe = self.pipeline("select.wgsl", &top_k_defines(k), "main")?;
         let params = Self::select_params(n, rows, k, offset);
-        let ub = self.ctx.uniform("top-k params", &params);
+        let ub = self.ctx.params("top-k params", &params);
         Ok(self.dispatch(
             pipe,
             &[
