@@ -246,9 +246,7 @@ impl GpuContext {
         });
         let mut ring = self.staging.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(times) = &mut ring.times {
-            times.buffers.0 += 1;
-            times.buffers.1 += t.elapsed();
-            times.each.push(t.elapsed());
+            times.buffers.push(t.elapsed());
         }
         ring.write(&self.device, &self.queue, &buf, source, size)?;
         drop(ring);

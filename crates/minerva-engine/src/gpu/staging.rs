@@ -31,10 +31,8 @@ struct Half {
 /// (`MINERVA_GPU_TIMING=1`).
 #[derive(Default)]
 pub(crate) struct UploadTimes {
-    /// Weight buffers created, and the time creating them took.
-    pub buffers: (u64, Duration),
-    /// The time each creation took, to tell the driver's new memory blocks from the rest.
-    pub each: Vec<Duration>,
+    /// The time each weight buffer's creation took (the driver's new memory blocks stand out).
+    pub buffers: Vec<Duration>,
     /// Halves made, and the time making and mapping them took.
     made: (u64, Duration),
     /// Halves mapped again, and the time waiting for the device's copies and the map.
@@ -51,8 +49,8 @@ impl UploadTimes {
         eprintln!(
             "load: upload: {} buffers created in {:.1} ms; {} halves made in {:.1} ms, {} mapped \
              again after {:.1} ms of waiting; {:.1} MB copied in {:.1} ms; {} hand-overs in {:.1} ms",
-            self.buffers.0,
-            ms(self.buffers.1),
+            self.buffers.len(),
+            ms(self.buffers.iter().sum()),
             self.made.0,
             ms(self.made.1),
             self.remapped.0,
@@ -62,7 +60,7 @@ impl UploadTimes {
             self.submitted.0,
             ms(self.submitted.1),
         );
-        let mut each = self.each.clone();
+        let mut each = self.buffers.clone();
         each.sort();
         if let Some(median) = each.get(each.len() / 2) {
             let slow: Vec<&Duration> = each.iter().filter(|d| d.as_micros() >= 200).collect();

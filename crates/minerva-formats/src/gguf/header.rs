@@ -61,11 +61,11 @@ struct What<'w> {
 }
 
 impl<'w> What<'w> {
-    /// "value of key 'K'".
-    fn value_of(key: &'w str) -> What<'w> {
+    /// "`lead` 'K'", where `lead` ends in "key '".
+    fn of_key(lead: &'static str, key: &'w str) -> What<'w> {
         What {
             length: false,
-            lead: "value of key '",
+            lead,
             name: key,
             tail: "'",
         }
@@ -181,7 +181,7 @@ impl<'a> Cursor<'a> {
                     return Err(self.err(format!("key '{key}': bool value {b} is neither 0 nor 1")))
                 }
             },
-            8 => MetaValue::String(self.string(What::value_of(key))?),
+            8 => MetaValue::String(self.string(What::of_key("value of key '", key))?),
             9 => {
                 if depth >= MAX_ARRAY_DEPTH {
                     return Err(self.err(format!(
@@ -192,15 +192,7 @@ impl<'a> Cursor<'a> {
                 let min = min_value_size(elem).ok_or_else(|| {
                     self.err(format!("key '{key}': unknown array element type {elem}"))
                 })?;
-                let n = self.count(
-                    min,
-                    What {
-                        length: false,
-                        lead: "element count of key '",
-                        name: key,
-                        tail: "'",
-                    },
-                )?;
+                let n = self.count(min, What::of_key("element count of key '", key))?;
                 let mut items = Vec::with_capacity(n);
                 for _ in 0..n {
                     items.push(self.value(elem, depth + 1, key)?);
@@ -323,7 +315,7 @@ mod tests {
 
     #[test]
     fn labels_read_as_the_errors_name_them() {
-        let key = What::value_of("general.name");
+        let key = What::of_key("value of key '", "general.name");
         assert_eq!(key.to_string(), "value of key 'general.name'");
         let len = What {
             length: true,
@@ -338,10 +330,7 @@ mod tests {
             pos: 0,
             path: Path::new("m.gguf"),
         };
-        let e = c
-            .string(What::value_of("general.name"))
-            .unwrap_err()
-            .to_string();
+        let e = c.string(key).unwrap_err().to_string();
         assert!(
             e.contains("length of value of key 'general.name' is 5, more than the 0 bytes"),
             "{e}"
