@@ -46,7 +46,9 @@ fn matmul_adds_the_bias_with_every_tile() {
 /// loud SKIPPED line.
 #[test]
 fn matrix_core_matmul_matches_the_cpu() {
-    let Some(ctx) = shared() else { return };
+    let Some(ctx) = shared_matrix_cores() else {
+        return;
+    };
     let kernel = matrix_cores_or_chosen(&ctx);
     let ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(9);
@@ -88,6 +90,56 @@ fn matrix_core_matmul_matches_the_cpu() {
     );
 }
 
+/// Products with enough blocks of 64 outputs and 64 tokens for the staged kernel
+/// (`matmul_staged.wgsl`, where the adapter lets it run: its matrices pass through workgroup
+/// memory) against the CPU: 1,024 rows over 512 tokens, inputs of one and of five 32-value
+/// steps, with and without a bias. The dispatches show that the staged kernel ran. The chosen
+/// kernel where the adapter has no matrix cores, after a loud SKIPPED line.
+#[test]
+fn staged_matrix_core_products_match_the_cpu() {
+    let Some(ctx) = shared_matrix_cores() else {
+        return;
+    };
+    let kernel = matrix_cores_or_chosen(&ctx);
+    let ops = Ops::new(ctx.clone());
+    let mut rng = Rng::new(12);
+    let (rows, tokens) = (1024, 512);
+    let mut off = Vec::new();
+    for (dtype, cols) in [(DType::Q4_0, 32), (DType::F16, 160), (DType::Q8_0, 160)] {
+        let s = make(dtype, rows, cols, &mut rng);
+        let w_ref = s.reference().expect("a reference");
+        let w = GpuWeight::upload(&ctx, &s.view(vec![rows, cols]), 1).unwrap();
+        if ctx.caps.staged_matrices {
+            let x = ctx.storage("x", (tokens * cols * 4) as u64);
+            let y = ctx.storage("y", (tokens * rows * 4) as u64);
+            let d = ops
+                .matmul_coop(
+                    &w,
+                    &MatSel::whole(&w),
+                    Region::new(&x, 0, cols as u32),
+                    Region::new(&y, 0, rows as u32),
+                    tokens as u32,
+                    None,
+                )
+                .unwrap();
+            let labels: Vec<&str> = d.iter().map(|d| &*d.label).collect();
+            assert!(
+                labels.iter().any(|l| l.starts_with("matmul_staged.wgsl")),
+                "{dtype:?}: {labels:?}"
+            );
+        } else {
+            eprintln!("SKIPPED: staged matrices off here ({})", ctx.describe());
+        }
+        let bias = rng.vec(rows);
+        for with_bias in [false, true] {
+            let b = with_bias.then_some(&bias[..]);
+            let run = run_matmul(&ops, &w, &w_ref, tokens, kernel, Y_ALIGNED, b, &mut rng);
+            off.extend(run.mismatch());
+        }
+    }
+    assert!(off.is_empty(), "{}", off.join("\n"));
+}
+
 /// A product whose f16 copy is larger than the matrix-core product decodes at once (made a few
 /// rows' here; a vocabulary projection over a prompt in use): its outputs in chunks of 64 rows
 /// and a last one of 32, with a bias, 45 tokens (a last block that is not whole), each chunk's
@@ -95,7 +147,9 @@ fn matrix_core_matmul_matches_the_cpu() {
 /// loud SKIPPED line.
 #[test]
 fn matrix_core_matmul_in_chunks_of_outputs() {
-    let Some(ctx) = shared() else { return };
+    let Some(ctx) = shared_matrix_cores() else {
+        return;
+    };
     let kernel = matrix_cores_or_chosen(&ctx);
     let mut ops = Ops::new(ctx.clone());
     let (rows, cols) = (352, 192);

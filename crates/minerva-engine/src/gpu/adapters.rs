@@ -78,7 +78,10 @@ pub(super) fn choose_adapter(opts: &GpuOptions) -> GpuResult<Chosen> {
         | wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
     let matrix_cores = matrix_cores_wanted(opts) && offers_matrix_cores(&adapter);
     if matrix_cores {
-        wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        // Kernels that stage matrices in workgroup memory go to the driver as SPIR-V translated
+        // here (spirv.rs).
+        wanted |=
+            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::PASSTHROUGH_SHADERS;
     }
     if super::profile::Profiler::pass_asked() {
         wanted |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;

@@ -44,6 +44,10 @@ pub struct Capabilities {
     /// offers f16 and the options allow inexact products (neither `kv_f32` nor `matmul_f32`;
     /// `MINERVA_GPU_PACKED_F16=0` does the same).
     pub packed_f16: bool,
+    /// Dense prefill products stage their matrices in workgroup memory (`matmul_staged.wgsl`):
+    /// matrix cores, and SPIR-V passthrough for the kernel spirv.rs translates;
+    /// `MINERVA_GPU_STAGED=0` turns it off.
+    pub staged_matrices: bool,
 }
 
 /// The one subgroup size the matrix-core product is written for: its workgroup is one subgroup.
@@ -162,6 +166,9 @@ impl GpuContext {
             max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
             matrix_cores,
             packed_f16: features.contains(wgpu::Features::SHADER_F16) && packed_f16_wanted(opts),
+            staged_matrices: matrix_cores
+                && features.contains(wgpu::Features::PASSTHROUGH_SHADERS)
+                && std::env::var("MINERVA_GPU_STAGED").map_or(true, |v| v != "0"),
         };
         let profiler = super::profile::Profiler::from_env(
             caps.timestamps,
@@ -306,7 +313,11 @@ impl GpuContext {
                 "no".into()
             },
             self.caps.f16,
-            if self.caps.matrix_cores { "on" } else { "off" },
+            match (self.caps.matrix_cores, self.caps.staged_matrices) {
+                (true, true) => "on, staged",
+                (true, false) => "on",
+                _ => "off",
+            },
             self.int8_products,
             if self.caps.packed_f16 { "on" } else { "off" },
             self.caps.max_binding >> 20

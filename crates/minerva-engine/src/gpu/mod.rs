@@ -20,6 +20,7 @@ pub mod pipelines;
 pub mod plan;
 pub mod profile;
 pub mod shader;
+mod spirv;
 mod staging;
 pub mod weights;
 

@@ -153,28 +153,11 @@ impl Pipelines {
         let label = format!("{file}:{entry}{int8}");
         // Ahead of use, errors go to a scope of this thread, not to the device's shared slot.
         let scope = (!checked).then(|| ctx.device.push_error_scope(wgpu::ErrorFilter::Validation));
-        let desc = wgpu::ShaderModuleDescriptor {
-            label: Some(&label),
-            source: wgpu::ShaderSource::Wgsl(src.into()),
+        let pipeline = if super::spirv::TRANSLATED.contains(&file) {
+            super::spirv::pipeline(ctx, &label, &src, entry)
+        } else {
+            Ok(Self::from_wgsl(ctx, &label, src, entry))
         };
-        // SAFETY: every loop of the kernels is bounded by a count from its parameters (no
-        // loop depends on data it computes), so wgpu's added loop counters — which keep the
-        // driver from unrolling the inner loops over a block's values — guard against nothing.
-        // Buffer bounds checks stay on.
-        let module = unsafe {
-            ctx.device
-                .create_shader_module_trusted(desc, RUNTIME_CHECKS)
-        };
-        let pipeline = ctx
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(&label),
-                layout: None,
-                module: &module,
-                entry_point: Some(entry),
-                compilation_options: Default::default(),
-                cache: None,
-            });
         match scope {
             Some(scope) => {
                 if let Some(e) = pollster::block_on(scope.pop()) {
@@ -189,6 +172,7 @@ impl Pipelines {
                 other => other,
             })?,
         }
+        let pipeline = pipeline?;
         BUILT.fetch_add(1, Ordering::Relaxed);
         BUILD_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let pipeline = Arc::new(pipeline);
@@ -200,6 +184,33 @@ impl Pipelines {
             .unwrap_or_else(|p| p.into_inner())
             .insert(Arc::as_ptr(&pipeline) as usize, Arc::from(label));
         Ok(pipeline)
+    }
+}
+
+impl Pipelines {
+    /// A pipeline from WGSL that wgpu translates, its layout derived from the kernel.
+    fn from_wgsl(ctx: &GpuContext, label: &str, src: String, entry: &str) -> wgpu::ComputePipeline {
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        };
+        // SAFETY: every loop of the kernels is bounded by a count from its parameters (no
+        // loop depends on data it computes), so wgpu's added loop counters — which keep the
+        // driver from unrolling the inner loops over a block's values — guard against nothing.
+        // Buffer bounds checks stay on.
+        let module = unsafe {
+            ctx.device
+                .create_shader_module_trusted(desc, RUNTIME_CHECKS)
+        };
+        ctx.device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(label),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            })
     }
 }
 

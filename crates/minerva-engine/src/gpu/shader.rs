@@ -29,6 +29,10 @@ const SOURCES: &[(&str, &str)] = &[
     ("product.wgsl", include_str!("kernels/product.wgsl")),
     ("matmul.wgsl", include_str!("kernels/matmul.wgsl")),
     ("matmul_coop.wgsl", include_str!("kernels/matmul_coop.wgsl")),
+    (
+        "matmul_staged.wgsl",
+        include_str!("kernels/matmul_staged.wgsl"),
+    ),
     ("coop_splits.wgsl", include_str!("kernels/coop_splits.wgsl")),
     (
         "coop_weights.wgsl",

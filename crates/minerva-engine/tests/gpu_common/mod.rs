@@ -43,6 +43,21 @@ pub fn shared() -> Option<Arc<GpuContext>> {
     SHARED.get_or_init(|| device().map(Arc::new)).clone()
 }
 
+/// A second shared device, with the options a model runs with: matrix cores where the adapter
+/// offers them (`exact` turns them off), for the tests of the matrix-core kernels.
+pub fn shared_matrix_cores() -> Option<Arc<GpuContext>> {
+    static SHARED: OnceLock<Option<Arc<GpuContext>>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| match GpuContext::new(&GpuOptions::default()) {
+            Ok(c) => {
+                eprintln!("GPU: {}", c.describe());
+                Some(Arc::new(c))
+            }
+            Err(_) => device().map(Arc::new),
+        })
+        .clone()
+}
+
 /// Deterministic xorshift random numbers.
 pub struct Rng(u64);
 

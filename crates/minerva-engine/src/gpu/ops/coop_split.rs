@@ -16,7 +16,7 @@ use bytemuck::{Pod, Zeroable};
 /// multiprocessors; at 512 tokens tinyllama's gate/up product has 1,408 and stays whole, its
 /// 2,048-output products split in two). 2,048 measured the same within noise (benches/GPU.md,
 /// entry 78).
-const SPLIT_TARGET: u32 = 1024;
+pub(super) const SPLIT_TARGET: u32 = 1024;
 /// Most splits of one product, and the fewest inputs a split takes.
 const MAX_SPLITS: u32 = 8;
 pub(super) const MIN_SPLIT_K: u32 = 256;

@@ -131,6 +131,11 @@ pub fn coop_tokens(d: &mut Defines, per_group: u32, tokens: u32) -> u32 {
     }
 }
 
+/// Rows and tokens of the output block of one workgroup of `matmul_staged.wgsl`.
+pub const STAGED_BLOCK: u32 = 64;
+/// The fewest subgroups a staged product runs with; below, the split product gives the GPU more.
+const STAGED_MIN_SUBGROUPS: u32 = super::coop_split::SPLIT_TARGET / 2;
+
 /// Weight rows each thread of `coop_weights.wgsl` decodes: fewer, larger workgroups than one row
 /// each (benches/GPU.md, entry 93).
 pub const COOP_DECODE_ROWS: u32 = 2;
@@ -333,7 +338,21 @@ impl Ops {
             tokens: whole,
             chunk,
         } = shape;
-        let split = self.coop_split(tokens, chunk, k);
+        // Whole blocks of 64 outputs and 64 tokens stage their matrices in workgroup memory,
+        // four subgroups a block, where that makes subgroups enough for the GPU; products of
+        // fewer blocks keep the split along their inputs (tinyllama's k and v products at 512
+        // tokens: 49 µs staged, 24 split; benches/GPU.md, entry 110).
+        let staged_subgroups = 4 * (tokens / STAGED_BLOCK) as u64 * (chunk / STAGED_BLOCK) as u64;
+        let staged = self.ctx.caps.staged_matrices
+            && tokens.is_multiple_of(STAGED_BLOCK)
+            && chunk.is_multiple_of(STAGED_BLOCK)
+            && rows.is_multiple_of(STAGED_BLOCK)
+            && staged_subgroups >= STAGED_MIN_SUBGROUPS as u64;
+        let split = if staged {
+            None
+        } else {
+            self.coop_split(tokens, chunk, k)
+        };
         let t = if split.is_some() {
             tokens.div_ceil(COOP_BLOCK) * COOP_BLOCK
         } else {
@@ -365,9 +384,18 @@ impl Ops {
                 out.extend(self.coop_split_product(&w16, &x16, y_part, part_bias, at)?);
                 continue;
             }
-            let (mut d, per_group) = coop_defines(n, bias.is_some());
-            let per_token_group = coop_tokens(&mut d, per_group, t);
-            let pipe = self.pipeline("matmul_coop.wgsl", &d, "main")?;
+            let (mut d, mut per_group) = coop_defines(n, bias.is_some());
+            let mut per_token_group = coop_tokens(&mut d, per_group, t);
+            let pipe = if staged {
+                (per_group, per_token_group) = (STAGED_BLOCK, STAGED_BLOCK);
+                let mut d = Defines::new();
+                if bias.is_some() {
+                    d.insert("BIAS".into(), String::new());
+                }
+                self.pipeline("matmul_staged.wgsl", &d, "main")?
+            } else {
+                self.pipeline("matmul_coop.wgsl", &d, "main")?
+            };
             let params = CoopParams {
                 rows: n,
                 k,

@@ -1,0 +1,131 @@
+// The product of matmul_coop.wgsl (its parameters, bindings and memory layouts of w16, x16, y
+// and the bias block), with the inputs of each K step staged in workgroup memory: a workgroup of
+// four 32-lane subgroups computes 64 rows × 64 tokens, each subgroup a quarter of them (32 × 32,
+// 2 × 2 accumulators). Every step of KS = 32 halves of k the workgroup's threads load the step's
+// 64 weight rows and 64 input columns (64 bytes each, a quarter per thread) into workgroup
+// memory, and the subgroups' matrices load from there: each value leaves memory once per workgroup, not once per subgroup,
+// and the loads of step s + 1 are in flight while step s multiplies (two buffers, one barrier a
+// step). The hand-over through workgroup memory needs the GLSL450 memory model: this kernel is
+// translated by spirv.rs, not by wgpu. A whole product only: no experts, no split along k (the
+// bias comes with the whole product).
+enable f16;
+enable wgpu_cooperative_matrix;
+
+struct Params {
+    rows: u32,      // a multiple of 64
+    k: u32,         // halves per row of w16 and x16: a multiple of 32
+    y_offset: u32,  // a multiple of 4
+    y_stride: u32,  // a multiple of 4
+    first_expert: u32,
+    experts: u32,
+    k_split: u32,
+    split_stride: u32,
+}
+
+// w16 and x16 in fours of halves: a 16-byte line of eight halves is two of them.
+@group(0) @binding(0) var<storage, read> w16: array<vec4<f16>>;
+@group(0) @binding(1) var<storage, read> x16: array<vec4<f16>>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+#ifdef BIAS
+@group(0) @binding(4) var<storage, read> bias_block: array<f32>;
+#endif
+
+const KS: u32 = 32u;
+// A staged row (weight row or input column) of one step: its eight fours and two of padding,
+// so that the eight 16-byte rows a matrix load reads at once fall in distinct banks.
+const LINE: u32 = 10u;
+const TILE: u32 = 64u * LINE;
+// Buffer b: the step's weight rows at 2·b·TILE, its input columns TILE after them.
+var<workgroup> stage: array<vec4<f16>, 2560>;
+
+// This thread's eight fours of the step from half k on: line lid % 4 (two fours) of weight
+// rows lid / 4 and lid / 4 + 32, and of input columns lid / 4 and lid / 4 + 32.
+fn step_lines(k: u32, lid: u32, row0: u32, tok0: u32) -> array<vec4<f16>, 8> {
+    let per_row = p.k / 4u;
+    let at = k / 4u + 2u * (lid % 4u);
+    let r = lid / 4u;
+    let w0 = (row0 + r) * per_row + at;
+    let w1 = w0 + 32u * per_row;
+    let x0 = (tok0 + r) * per_row + at;
+    let x1 = x0 + 32u * per_row;
+    return array<vec4<f16>, 8>(
+        w16[w0], w16[w0 + 1u], w16[w1], w16[w1 + 1u],
+        x16[x0], x16[x0 + 1u], x16[x1], x16[x1 + 1u],
+    );
+}
+
+fn stage_lines(buf: u32, lid: u32, v: array<vec4<f16>, 8>) {
+    let b = 2u * buf * TILE + (lid / 4u) * LINE + 2u * (lid % 4u);
+    stage[b] = v[0];
+    stage[b + 1u] = v[1];
+    stage[b + 32u * LINE] = v[2];
+    stage[b + 32u * LINE + 1u] = v[3];
+    stage[b + TILE] = v[4];
+    stage[b + TILE + 1u] = v[5];
+    stage[b + TILE + 32u * LINE] = v[6];
+    stage[b + TILE + 32u * LINE + 1u] = v[7];
+}
+
+@compute @workgroup_size(128)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    // Subgroups of exactly 32 lanes (Capabilities::matrix_cores), lanes 32s .. 32s + 31.
+    let sg = lid / 32u;
+    let row0 = wid.y * 64u;
+    let tok0 = wid.x * 64u;
+    // The subgroup's 32 rows and 32 tokens of the workgroup's block.
+    let wr = (sg % 2u) * 32u;
+    let wt = (sg / 2u) * 32u;
+#ifdef BIAS
+    let c0 = coopLoad<coop_mat16x16<f32, C>>(&bias_block[row0 + wr], p.rows);
+    let c1 = coopLoad<coop_mat16x16<f32, C>>(&bias_block[row0 + wr + 16u], p.rows);
+#else
+    let c0 = coop_mat16x16<f32, C>();
+    let c1 = coop_mat16x16<f32, C>();
+#endif
+    var c00 = c0;
+    var c01 = c0;
+    var c10 = c1;
+    var c11 = c1;
+    var lines = step_lines(0u, lid, row0, tok0);
+    stage_lines(0u, lid, lines);
+    workgroupBarrier();
+    var buf = 0u;
+    for (var k = 0u; k < p.k; k += KS) {
+        let more = k + KS < p.k;
+        if (more) {
+            lines = step_lines(k + KS, lid, row0, tok0);
+        }
+        let a = 2u * buf * TILE + wr * LINE;
+        let b = 2u * buf * TILE + TILE + wt * LINE;
+        for (var s = 0u; s < 8u; s += 4u) {
+            let w0 = coopLoadT<coop_mat16x16<f16, A>>(&stage[a + s], LINE);
+            let w1 = coopLoadT<coop_mat16x16<f16, A>>(&stage[a + 16u * LINE + s], LINE);
+            let x0 = coopLoad<coop_mat16x16<f16, B>>(&stage[b + s], LINE);
+            let x1 = coopLoad<coop_mat16x16<f16, B>>(&stage[b + 16u * LINE + s], LINE);
+            c00 = coopMultiplyAdd(w0, x0, c00);
+            c01 = coopMultiplyAdd(w0, x1, c01);
+            c10 = coopMultiplyAdd(w1, x0, c10);
+            c11 = coopMultiplyAdd(w1, x1, c11);
+        }
+        if (more) {
+            stage_lines(1u - buf, lid, lines);
+        }
+        workgroupBarrier();
+        buf = 1u - buf;
+    }
+    // Every index and the stride named: naga 30 does not emit expressions written inside a
+    // coopStore's arguments before the store.
+    let ys = p.y_stride;
+    let y00 = p.y_offset + (tok0 + wt) * ys + row0 + wr;
+    let y01 = y00 + 16u * ys;
+    let y10 = y00 + 16u;
+    let y11 = y01 + 16u;
+    coopStore(c00, &y[y00], ys);
+    coopStore(c01, &y[y01], ys);
+    coopStore(c10, &y[y10], ys);
+    coopStore(c11, &y[y11], ys);
+}
