@@ -28,6 +28,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("unit.wgsl", include_str!("kernels/unit.wgsl")),
     ("product.wgsl", include_str!("kernels/product.wgsl")),
     ("matmul.wgsl", include_str!("kernels/matmul.wgsl")),
+    ("coop_params.wgsl", include_str!("kernels/coop_params.wgsl")),
     ("matmul_coop.wgsl", include_str!("kernels/matmul_coop.wgsl")),
     (
         "matmul_staged.wgsl",

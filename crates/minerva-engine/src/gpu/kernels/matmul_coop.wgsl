@@ -29,16 +29,7 @@
 enable f16;
 enable wgpu_cooperative_matrix;
 
-struct Params {
-    rows: u32,      // a multiple of 32
-    k: u32,         // halves per row of w16 and x16: a multiple of 32
-    y_offset: u32,  // a multiple of 4
-    y_stride: u32,  // a multiple of 4
-    first_expert: u32,
-    experts: u32,
-    k_split: u32,       // halves of k per workgroup z (all of k unless the product is split)
-    split_stride: u32,  // values of y between workgroup z's partial sums (a multiple of 4)
-}
+#include "coop_params.wgsl"
 
 @group(0) @binding(0) var<storage, read> w16: array<f16>;
 @group(0) @binding(1) var<storage, read> x16: array<f16>;

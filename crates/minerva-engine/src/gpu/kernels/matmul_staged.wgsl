@@ -11,16 +11,7 @@
 enable f16;
 enable wgpu_cooperative_matrix;
 
-struct Params {
-    rows: u32,      // a multiple of 64
-    k: u32,         // halves per row of w16 and x16: a multiple of 32
-    y_offset: u32,  // a multiple of 4
-    y_stride: u32,  // a multiple of 4
-    first_expert: u32,
-    experts: u32,
-    k_split: u32,
-    split_stride: u32,
-}
+#include "coop_params.wgsl"
 
 // w16 and x16 in fours of halves: a 16-byte line of eight halves is two of them.
 @group(0) @binding(0) var<storage, read> w16: array<vec4<f16>>;
