@@ -185,9 +185,7 @@ impl Pipelines {
             .insert(Arc::as_ptr(&pipeline) as usize, Arc::from(label));
         Ok(pipeline)
     }
-}
 
-impl Pipelines {
     /// A pipeline from WGSL that wgpu translates, its layout derived from the kernel.
     fn from_wgsl(ctx: &GpuContext, label: &str, src: String, entry: &str) -> wgpu::ComputePipeline {
         let desc = wgpu::ShaderModuleDescriptor {

@@ -21,7 +21,12 @@ pub fn exact() -> GpuOptions {
 /// A device (`exact`), or None after saying why on stderr. Under CI a missing adapter is a
 /// failure.
 pub fn device() -> Option<GpuContext> {
-    match GpuContext::new(&exact()) {
+    device_with(&exact())
+}
+
+/// A device made with `opts`, or None after saying why on stderr (a failure under CI).
+fn device_with(opts: &GpuOptions) -> Option<GpuContext> {
+    match GpuContext::new(opts) {
         Ok(c) => {
             eprintln!("GPU: {}", c.describe());
             Some(c)
@@ -48,13 +53,7 @@ pub fn shared() -> Option<Arc<GpuContext>> {
 pub fn shared_matrix_cores() -> Option<Arc<GpuContext>> {
     static SHARED: OnceLock<Option<Arc<GpuContext>>> = OnceLock::new();
     SHARED
-        .get_or_init(|| match GpuContext::new(&GpuOptions::default()) {
-            Ok(c) => {
-                eprintln!("GPU: {}", c.describe());
-                Some(Arc::new(c))
-            }
-            Err(_) => device().map(Arc::new),
-        })
+        .get_or_init(|| device_with(&GpuOptions::default()).map(Arc::new))
         .clone()
 }
 

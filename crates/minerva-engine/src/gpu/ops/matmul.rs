@@ -384,17 +384,18 @@ impl Ops {
                 out.extend(self.coop_split_product(&w16, &x16, y_part, part_bias, at)?);
                 continue;
             }
-            let (mut d, mut per_group) = coop_defines(n, bias.is_some());
-            let mut per_token_group = coop_tokens(&mut d, per_group, t);
-            let pipe = if staged {
-                (per_group, per_token_group) = (STAGED_BLOCK, STAGED_BLOCK);
+            let (pipe, per_group, per_token_group) = if staged {
                 let mut d = Defines::new();
                 if bias.is_some() {
                     d.insert("BIAS".into(), String::new());
                 }
-                self.pipeline("matmul_staged.wgsl", &d, "main")?
+                let pipe = self.pipeline("matmul_staged.wgsl", &d, "main")?;
+                (pipe, STAGED_BLOCK, STAGED_BLOCK)
             } else {
-                self.pipeline("matmul_coop.wgsl", &d, "main")?
+                let (mut d, per_group) = coop_defines(n, bias.is_some());
+                let per_token_group = coop_tokens(&mut d, per_group, t);
+                let pipe = self.pipeline("matmul_coop.wgsl", &d, "main")?;
+                (pipe, per_group, per_token_group)
             };
             let params = CoopParams {
                 rows: n,
