@@ -193,6 +193,7 @@ fn grouped_expert_matmul_matches_the_cpu() {
                     MATMUL_TOKENS,
                     moe_tile_pairs(items as u32, experts as u32),
                 );
+                let pairs = moe_tile_pairs(items as u32, experts as u32);
                 for x_div in [k, 1] {
                     let x = rng.vec(items / x_div * cols);
                     let xb = ctx.storage_with("x", &x);
@@ -212,7 +213,7 @@ fn grouped_expert_matmul_matches_the_cpu() {
                                 order: &ob,
                                 tiles: &tb,
                                 max_tiles,
-                                pairs: moe_tile_pairs(items as u32, experts as u32),
+                                pairs,
                                 x_div: x_div as u32,
                             },
                         )
@@ -255,7 +256,8 @@ fn grouped_expert_matmul_matches_the_cpu() {
 /// against the CPU item by item: gpt-oss MXFP4 experts of 64 outputs over 96 inputs and F16
 /// ones over 520 (padded to 544, the product split into two shares of its inputs), split into
 /// parts of whole experts, an expert nobody picks, 40, 130 and 300 tokens (in pairs of tiles),
-/// gate/up-style and down-style inputs. Where the adapter has no matrix cores
+/// gate/up-style and down-style inputs; the tiles in pairs on the staged kernel where the
+/// adapter has it (`matmul_staged.wgsl`). Where the adapter has no matrix cores
 /// (lavapipe), `matmul_experts` runs in its place after a loud SKIPPED line.
 #[test]
 fn grouped_expert_matmul_on_matrix_cores_matches_the_cpu() {
@@ -322,6 +324,7 @@ fn grouped_expert_matmul_on_matrix_cores_matches_the_cpu() {
                     "{} experts on matrix cores",
                     dtype.name()
                 );
+                let pairs = moe_tile_pairs(items as u32, experts as u32);
                 for x_div in [k, 1] {
                     let x = rng.vec(items / x_div * cols);
                     let xb = ctx.storage_with("x", &x);
@@ -337,7 +340,7 @@ fn grouped_expert_matmul_on_matrix_cores_matches_the_cpu() {
                         order: &ob,
                         tiles: &tb,
                         max_tiles,
-                        pairs: moe_tile_pairs(items as u32, experts as u32),
+                        pairs,
                         x_div: x_div as u32,
                     };
                     let d = if coop {
@@ -345,6 +348,14 @@ fn grouped_expert_matmul_on_matrix_cores_matches_the_cpu() {
                     } else {
                         ops.matmul_experts(&w, &sel, xr, yr, b, e).unwrap()
                     };
+                    // Tiles in pairs stage their matrices in workgroup memory where the
+                    // adapter lets them.
+                    let staged = d.iter().any(|d| d.label.starts_with("matmul_staged.wgsl"));
+                    assert_eq!(
+                        staged,
+                        coop && pairs && ctx.caps.staged_matrices,
+                        "{tokens} tokens"
+                    );
                     ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
                     let got = ctx.read_f32(&yb, 0, items * rows).unwrap();
                     for (i, &e) in ids.iter().enumerate() {

@@ -75,13 +75,13 @@ pub(super) fn choose_adapter(opts: &GpuOptions) -> GpuResult<Chosen> {
         | wgpu::Features::SHADER_F16
         | wgpu::Features::TIMESTAMP_QUERY
         // Kernel parameters written in place (`GpuContext::params`).
-        | wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+        | wgpu::Features::MAPPABLE_PRIMARY_BUFFERS
+        // Kernels that stage matrices in workgroup memory go to the driver as SPIR-V translated
+        // here (spirv.rs); asked of every adapter, so that CI's checks that path too.
+        | wgpu::Features::PASSTHROUGH_SHADERS;
     let matrix_cores = matrix_cores_wanted(opts) && offers_matrix_cores(&adapter);
     if matrix_cores {
-        // Kernels that stage matrices in workgroup memory go to the driver as SPIR-V translated
-        // here (spirv.rs).
-        wanted |=
-            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::PASSTHROUGH_SHADERS;
+        wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
     }
     if super::profile::Profiler::pass_asked() {
         wanted |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;

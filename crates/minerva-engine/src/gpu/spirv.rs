@@ -72,6 +72,22 @@ pub fn translate(src: &str, entry: &str) -> Result<Translated, String> {
         bindings.push((rb.binding, ty));
     }
     bindings.sort_by_key(|b| b.0);
+    // wgpu's Vulkan layer numbers a bind group's bindings in order from 0 (a layout of
+    // bindings 0, 1, 2, 3 and 5 is Vulkan's 0 to 4) and tells its own translations so; a module
+    // passed through must be numbered the same way, or a binding after a gap reads nothing.
+    let binding_map: naga::back::spv::BindingMap = bindings
+        .iter()
+        .enumerate()
+        .map(|(rank, &(binding, _))| {
+            let at = naga::ResourceBinding { group: 0, binding };
+            let to = naga::back::spv::BindingInfo {
+                descriptor_set: 0,
+                binding: rank as u32,
+                binding_array_size: None,
+            };
+            (at, to)
+        })
+        .collect();
     let restrict = naga::proc::BoundsCheckPolicy::Restrict;
     let options = naga::back::spv::Options {
         lang_version: (1, 6),
@@ -83,6 +99,7 @@ pub fn translate(src: &str, entry: &str) -> Result<Translated, String> {
         },
         zero_initialize_workgroup_memory: naga::back::spv::ZeroInitializeWorkgroupMemoryMode::None,
         force_loop_bounding: false,
+        binding_map,
         ..Default::default()
     };
     let pipeline = naga::back::spv::PipelineOptions {
@@ -304,17 +321,21 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         );
     }
 
-    /// The staged product translates, with and without its bias, and binds what its ops give
+    /// The staged product translates, with and without its bias, for experts too, and binds what its ops give
     /// it (CI's lavapipe has no matrix cores: this is where CI sees the kernel).
     #[test]
     fn the_staged_product_translates() {
         let read = wgpu::BufferBindingType::Storage { read_only: true };
         let write = wgpu::BufferBindingType::Storage { read_only: false };
         let uniform = wgpu::BufferBindingType::Uniform;
-        for bias in [false, true] {
+        for (bias, experts) in [(false, false), (true, false), (false, true)] {
             let mut d = super::super::shader::Defines::new();
             if bias {
                 d.insert("BIAS".into(), String::new());
+            }
+            if experts {
+                d.insert("EXPERTS".into(), String::new());
+                d.insert("MOE_COOP_TILES".into(), "4096u".into());
             }
             let src = super::super::shader::compose("matmul_staged.wgsl", &d).unwrap();
             let t = translate(&src, "main").unwrap_or_else(|e| panic!("{e}"));
@@ -322,9 +343,99 @@ fn main(@builtin(local_invocation_index) lid: u32) {
             if bias {
                 expected.push((4, read));
             }
+            if experts {
+                expected.push((5, uniform));
+            }
             assert_eq!(t.bindings, expected);
             assert_eq!(t.workgroup_size, [128, 1, 1]);
         }
+    }
+
+    /// Bindings 0, 2 and 3 used, 1 and 4 not: wgpu's layout for them is Vulkan's 0, 1 and 2.
+    const GAPS: &str = r#"
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> unused: array<f32>;
+@group(0) @binding(2) var<uniform> u: vec4<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read> unused_too: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&y)) {
+        y[id.x] = a[id.x] * u.x + u.y;
+    }
+}
+"#;
+
+    /// The Binding decoration of each variable the module declares, in order.
+    fn binding_decorations(words: &[u32]) -> Vec<u32> {
+        const OP_DECORATE: u32 = 71;
+        const DECORATION_BINDING: u32 = 33;
+        instructions(words)
+            .into_iter()
+            .filter(|i| i.0 == OP_DECORATE && i.1[1] == DECORATION_BINDING)
+            .map(|i| i.1[2])
+            .collect()
+    }
+
+    #[test]
+    fn bindings_after_a_gap_are_numbered_as_wgpus_vulkan_layouts_number_them() {
+        let t = translate(GAPS, "main").unwrap();
+        let read = wgpu::BufferBindingType::Storage { read_only: true };
+        let write = wgpu::BufferBindingType::Storage { read_only: false };
+        let uniform = wgpu::BufferBindingType::Uniform;
+        assert_eq!(t.bindings, vec![(0, read), (2, uniform), (3, write)]);
+        let mut decorated = binding_decorations(&t.words);
+        decorated.sort_unstable();
+        assert_eq!(decorated, vec![0, 1, 2]);
+    }
+
+    /// The module with gaps in its bindings, passed through to the driver, reads and writes the
+    /// buffers bound at its WGSL binding numbers.
+    #[test]
+    fn a_kernel_passed_through_reads_each_binding_after_a_gap() {
+        use super::super::context::GpuOptions;
+        use super::super::pipelines::Dispatch;
+        let _one = super::super::device_pool::TEST_DEVICES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let ctx = match GpuContext::new(&GpuOptions::default()) {
+            Ok(c) => c,
+            Err(e) if std::env::var_os("CI").is_none() => {
+                eprintln!("SKIPPED: no GPU adapter ({e})");
+                return;
+            }
+            Err(e) => panic!("CI is set but the GPU backend found no device: {e}"),
+        };
+        if !ctx
+            .device
+            .features()
+            .contains(wgpu::Features::PASSTHROUGH_SHADERS)
+        {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI's adapter offers no SPIR-V passthrough: {}",
+                ctx.describe()
+            );
+            eprintln!("SKIPPED: {} takes no SPIR-V passthrough", ctx.describe());
+            return;
+        }
+        let a: Vec<f32> = (0..100).map(|i| i as f32).collect();
+        let ab = ctx.storage_with("a", &a);
+        let ub = ctx.params("u", &[3.0f32, -1.0, 0.0, 0.0]);
+        let yb = ctx.storage("y", 100 * 4);
+        let pipe = pipeline(&ctx, "gaps", GAPS, "main").unwrap();
+        let entries = [(0, &ab), (2, &ub), (3, &yb)];
+        let d = Dispatch::new(
+            &ctx,
+            "gaps".into(),
+            std::sync::Arc::new(pipe),
+            &entries,
+            [2, 1, 1],
+        );
+        ctx.submit(&[&d]).unwrap();
+        let y = ctx.read_f32(&yb, 0, 100).unwrap();
+        let want: Vec<f32> = a.iter().map(|v| v * 3.0 - 1.0).collect();
+        assert_eq!(y, want);
     }
 
     #[test]

@@ -3,11 +3,14 @@
 // four 32-lane subgroups computes 64 rows × 64 tokens, each subgroup a quarter of them (32 × 32,
 // 2 × 2 accumulators). Every step of KS = 32 halves of k the workgroup's threads load the step's
 // 64 weight rows and 64 input columns (64 bytes each, a quarter per thread) into workgroup
-// memory, and the subgroups' matrices load from there: each value leaves memory once per workgroup, not once per subgroup,
-// and the loads of step s + 1 are in flight while step s multiplies (two buffers, one barrier a
-// step). The hand-over through workgroup memory needs the GLSL450 memory model: this kernel is
-// translated by spirv.rs, not by wgpu. A whole product only: no experts, no split along k (the
-// bias comes with the whole product).
+// memory, and the subgroups' matrices load from there: each value leaves memory once per
+// workgroup, not once per subgroup, and the loads of step s + 1 are in flight while step s
+// multiplies (two buffers, one barrier a step). The hand-over through workgroup memory needs the
+// GLSL450 memory model: this kernel is translated by spirv.rs, not by wgpu.
+// A product split along k (k_split a multiple of KS) writes partial sums as matmul_coop.wgsl's.
+// With EXPERTS, block x is the pair of tiles 2x and 2x + 1 of one expert, as matmul_coop.wgsl's
+// with TOKENS64; a workgroup whose pair belongs to another expert, or is empty, exits before
+// its first barrier (the whole workgroup: the tile list is uniform).
 enable f16;
 enable wgpu_cooperative_matrix;
 
@@ -21,6 +24,9 @@ enable wgpu_cooperative_matrix;
 #ifdef BIAS
 @group(0) @binding(4) var<storage, read> bias_block: array<f32>;
 #endif
+#ifdef EXPERTS
+@group(0) @binding(5) var<uniform> tiles: array<vec4<u32>, MOE_COOP_TILES>;
+#endif
 
 const KS: u32 = 32u;
 // A staged row (weight row or input column) of one step: its eight fours and two of padding,
@@ -32,11 +38,11 @@ var<workgroup> stage: array<vec4<f16>, 2560>;
 
 // This thread's eight fours of the step from half k on: line lid % 4 (two fours) of weight
 // rows lid / 4 and lid / 4 + 32, and of input columns lid / 4 and lid / 4 + 32.
-fn step_lines(k: u32, lid: u32, row0: u32, tok0: u32) -> array<vec4<f16>, 8> {
+fn step_lines(k: u32, lid: u32, w_base: u32, row0: u32, tok0: u32) -> array<vec4<f16>, 8> {
     let per_row = p.k / 4u;
     let at = k / 4u + 2u * (lid % 4u);
     let r = lid / 4u;
-    let w0 = (row0 + r) * per_row + at;
+    let w0 = w_base + (row0 + r) * per_row + at;
     let w1 = w0 + 32u * per_row;
     let x0 = (tok0 + r) * per_row + at;
     let x1 = x0 + 32u * per_row;
@@ -58,11 +64,8 @@ fn stage_lines(buf: u32, lid: u32, v: array<vec4<f16>, 8>) {
     stage[b + TILE + 32u * LINE + 1u] = v[7];
 }
 
-@compute @workgroup_size(128)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
+// One workgroup's 64 tokens × 64 rows, its weight matrix at w_base of w16 (in fours).
+fn block(wid: vec3<u32>, lid: u32, w_base: u32) {
     // Subgroups of exactly 32 lanes (Capabilities::matrix_cores), lanes 32s .. 32s + 31.
     let sg = lid / 32u;
     let row0 = wid.y * 64u;
@@ -81,14 +84,16 @@ fn main(
     var c01 = c0;
     var c10 = c1;
     var c11 = c1;
-    var lines = step_lines(0u, lid, row0, tok0);
+    let k_first = wid.z * p.k_split;
+    let k_end = min(k_first + p.k_split, p.k);
+    var lines = step_lines(k_first, lid, w_base, row0, tok0);
     stage_lines(0u, lid, lines);
     workgroupBarrier();
     var buf = 0u;
-    for (var k = 0u; k < p.k; k += KS) {
-        let more = k + KS < p.k;
+    for (var k = k_first; k < k_end; k += KS) {
+        let more = k + KS < k_end;
         if (more) {
-            lines = step_lines(k + KS, lid, row0, tok0);
+            lines = step_lines(k + KS, lid, w_base, row0, tok0);
         }
         let a = 2u * buf * TILE + wr * LINE;
         let b = 2u * buf * TILE + TILE + wt * LINE;
@@ -111,7 +116,7 @@ fn main(
     // Every index and the stride named: naga 30 does not emit expressions written inside a
     // coopStore's arguments before the store.
     let ys = p.y_stride;
-    let y00 = p.y_offset + (tok0 + wt) * ys + row0 + wr;
+    let y00 = p.y_offset + wid.z * p.split_stride + (tok0 + wt) * ys + row0 + wr;
     let y01 = y00 + 16u * ys;
     let y10 = y00 + 16u;
     let y11 = y01 + 16u;
@@ -119,4 +124,16 @@ fn main(
     coopStore(c01, &y[y01], ys);
     coopStore(c10, &y[y10], ys);
     coopStore(c11, &y[y11], ys);
+}
+
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+#ifdef EXPERTS
+    let tile = tiles[2u * wid.x];
+    if (tile.z > 0u && tile.x >= p.first_expert && tile.x < p.first_expert + p.experts) {
+        block(wid, lid, (tile.x - p.first_expert) * p.rows * p.k / 4u);
+    }
+#else
+    block(wid, lid, 0u);
+#endif
 }

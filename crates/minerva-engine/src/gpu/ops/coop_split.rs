@@ -21,10 +21,14 @@ pub(super) const SPLIT_TARGET: u32 = 1024;
 const MAX_SPLITS: u32 = 8;
 pub(super) const MIN_SPLIT_K: u32 = 256;
 
-/// `k` inputs cut into about `wanted` shares for workgroup z of `matmul_coop.wgsl`: the inputs
-/// of each share (a multiple of 16, a matrix step) and how many shares that makes.
-pub(super) fn input_shares(k: u32, wanted: u32) -> (u32, u32) {
-    let k_split = k.div_ceil(wanted.max(1)).next_multiple_of(16);
+/// Inputs of one step of `matmul_coop.wgsl` (a matrix's 16).
+pub(super) const COOP_STEP: u32 = 16;
+
+/// `k` inputs cut into about `wanted` shares for workgroup z of a matrix-core product whose
+/// steps take `step` inputs (`COOP_STEP`, `STAGED_STEP`): the inputs of each share (a multiple
+/// of `step`) and how many shares that makes.
+pub(super) fn input_shares(k: u32, wanted: u32, step: u32) -> (u32, u32) {
+    let k_split = k.div_ceil(wanted.max(1)).next_multiple_of(step);
     (k_split, k.div_ceil(k_split))
 }
 
@@ -89,7 +93,7 @@ impl Ops {
         let SplitAt { rows, k, tokens } = at;
         let padded = tokens.div_ceil(COOP_BLOCK) * COOP_BLOCK;
         let wanted = self.splits(rows, k, tokens);
-        let (k_split, splits) = input_shares(k, wanted);
+        let (k_split, splits) = input_shares(k, wanted, COOP_STEP);
         let split_stride = padded * rows;
         let partials =
             self.scratch_buffer("coop partials", splits as u64 * split_stride as u64 * 4);

@@ -133,6 +133,8 @@ pub fn coop_tokens(d: &mut Defines, per_group: u32, tokens: u32) -> u32 {
 
 /// Rows and tokens of the output block of one workgroup of `matmul_staged.wgsl`.
 pub const STAGED_BLOCK: u32 = 64;
+/// Inputs of one step of `matmul_staged.wgsl` (its KS).
+pub const STAGED_STEP: u32 = 32;
 /// The fewest subgroups a staged product runs with; below, the split product gives the GPU more.
 const STAGED_MIN_SUBGROUPS: u32 = super::coop_split::SPLIT_TARGET / 2;
 

@@ -1,12 +1,12 @@
 //! Mixture-of-experts prefill on matrix cores: the items of each expert tile gathered as f16
 //! rows (moe_coop.wgsl `gather`), the experts' matrices decoded to f16 a few at a time
 //! (coop_weights.wgsl) and multiplied on matrix cores tile by tile (matmul_coop.wgsl with
-//! EXPERTS), and each item's row moved back to its place with its expert's bias (`scatter`).
+//! EXPERTS, or matmul_staged.wgsl for tiles in pairs), and each item's row moved back to its place with its expert's bias (`scatter`).
 
-use super::coop_split::{input_shares, MIN_SPLIT_K};
+use super::coop_split::{input_shares, COOP_STEP, MIN_SPLIT_K};
 use super::matmul::{
     coop_defines, coop_tokens, coop_weight_defines, CoopParams, CoopWeightsParams, COOP_BLOCK,
-    COOP_DECODE_ROWS, COOP_WEIGHT_BYTES,
+    COOP_DECODE_ROWS, COOP_WEIGHT_BYTES, STAGED_BLOCK, STAGED_STEP,
 };
 use super::{Bias, ExpertTiles, MatSel, Ops, Region, MATMUL_TOKENS};
 use crate::gpu::error::GpuResult;
@@ -126,7 +126,12 @@ impl Ops {
         let x16 = self.scratch_buffer("coop expert inputs", slots as u64 * k as u64 * 2);
         let split_stride = slots * rows;
         let wanted = expert_splits(k, split_stride as u64 * 4, self.ctx.caps.max_binding);
-        let (k_split, splits) = input_shares(k, wanted);
+        // Tiles in pairs and whole blocks of 64 outputs stage their matrices in workgroup
+        // memory (matmul_staged.wgsl: a pair of tiles and 64 outputs per workgroup, shares of
+        // the inputs in whole steps of 32).
+        let staged = self.ctx.caps.staged_matrices && e.pairs && rows.is_multiple_of(STAGED_BLOCK);
+        let step = if staged { STAGED_STEP } else { COOP_STEP };
+        let (k_split, splits) = input_shares(k, wanted, step);
         let products = self.scratch_buffer(
             "coop expert products",
             splits as u64 * split_stride as u64 * 4,
@@ -151,15 +156,24 @@ impl Ops {
         ));
         // A few experts at a time: their matrices decoded, then every tile of theirs.
         let mrows = w.matrix_rows(false);
-        let (mut d, per_group) = coop_defines(rows, false);
-        // Tiles in pairs: a workgroup of 64 tokens per pair where it computes 64 rows.
-        let per_tokens = match e.pairs {
-            true => coop_tokens(&mut d, per_group, 2 * COOP_BLOCK),
-            false => COOP_BLOCK,
+        let experts = [
+            ("EXPERTS", String::new()),
+            ("MOE_COOP_TILES", format!("{MOE_COOP_TILES}u")),
+        ];
+        let (product, per_group, per_tokens) = if staged {
+            let pipe = self.pipeline("matmul_staged.wgsl", &defines(&experts), "main")?;
+            (pipe, STAGED_BLOCK, STAGED_BLOCK)
+        } else {
+            let (mut d, per_group) = coop_defines(rows, false);
+            // Tiles in pairs: a workgroup of 64 tokens per pair where it computes 64 rows.
+            let per_tokens = match e.pairs {
+                true => coop_tokens(&mut d, per_group, 2 * COOP_BLOCK),
+                false => COOP_BLOCK,
+            };
+            d.extend(defines(&experts));
+            let pipe = self.pipeline("matmul_coop.wgsl", &d, "main")?;
+            (pipe, per_group, per_tokens)
         };
-        d.insert("EXPERTS".into(), String::new());
-        d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
-        let product = self.pipeline("matmul_coop.wgsl", &d, "main")?;
         let defs = coop_weight_defines(self.weight_defines(w, sel));
         let decode = self.pipeline("coop_weights.wgsl", &defs, "main")?;
         let lanes = cols.div_ceil(32) * 4;
