@@ -254,11 +254,11 @@ fn grouped_expert_matmul_matches_the_cpu() {
 /// The prefill expert product on matrix cores (`matmul_experts_coop`: items gathered as f16 per
 /// tile, experts decoded two at a time, each item's row scattered back with its expert's bias)
 /// against the CPU item by item: gpt-oss MXFP4 experts of 64 outputs over 96 inputs and F16
-/// ones over 520 (padded to 544, the product split into two shares of its inputs), split into
-/// parts of whole experts, an expert nobody picks, 40, 130 and 300 tokens (in pairs of tiles),
-/// gate/up-style and down-style inputs; the tiles in pairs on the staged kernel where the
-/// adapter has it (`matmul_staged.wgsl`). Where the adapter has no matrix cores
-/// (lavapipe), `matmul_experts` runs in its place after a loud SKIPPED line.
+/// ones over 1,000 (padded to 1,024, the product split into four shares of its inputs), split
+/// into parts of whole experts, an expert nobody picks, 40, 130 and 300 tokens (in pairs of
+/// tiles), gate/up-style and down-style inputs; the tiles in pairs on the staged kernel where
+/// the adapter has it (`matmul_staged.wgsl`). Where the adapter has no matrix cores (lavapipe),
+/// `matmul_experts` runs in its place after a loud SKIPPED line.
 #[test]
 fn grouped_expert_matmul_on_matrix_cores_matches_the_cpu() {
     if shared().is_none() {
@@ -269,7 +269,7 @@ fn grouped_expert_matmul_on_matrix_cores_matches_the_cpu() {
     let bias = rng.vec(experts * rows);
     let mut off = Vec::new();
     // Few contexts: NVIDIA's driver stops offering adapters after a dozen (gpu_common).
-    for (dtype, cols) in [(DType::HfMxfp4, 96), (DType::F16, 520)] {
+    for (dtype, cols) in [(DType::HfMxfp4, 96), (DType::F16, 1000)] {
         let s = make(dtype, experts * rows, cols, &mut rng);
         let w_ref = s.reference().unwrap();
         let widest = s

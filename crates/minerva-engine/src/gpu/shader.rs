@@ -124,7 +124,27 @@ pub fn compose_multi(
     }
     seen.retain(|s| s == "common.wgsl");
     expand(entry, defines, &mut out, &mut seen)?;
-    Ok(out)
+    Ok(enables_first(&out))
+}
+
+/// `src` with its `enable` directives first, each once: WGSL wants them before any
+/// declaration, and an entry file's own (cooperative matrices) come after the decoders.
+fn enables_first(src: &str) -> String {
+    let mut enables: Vec<&str> = Vec::new();
+    let mut rest = String::with_capacity(src.len());
+    for line in src.lines() {
+        if line.starts_with("enable ") {
+            if !enables.contains(&line) {
+                enables.push(line);
+            }
+        } else {
+            rest.push_str(line);
+            rest.push('\n');
+        }
+    }
+    let mut out = enables.join("\n");
+    out.push('\n');
+    out + &rest
 }
 
 /// Renames what `src` declares at module scope (functions, constants, variables, aliases) with

@@ -321,30 +321,23 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         );
     }
 
-    /// The staged product translates, with and without its bias, for experts too, and binds what its ops give
+    /// The staged product translates, with and without its bias, and binds what its ops give
     /// it (CI's lavapipe has no matrix cores: this is where CI sees the kernel).
     #[test]
     fn the_staged_product_translates() {
         let read = wgpu::BufferBindingType::Storage { read_only: true };
         let write = wgpu::BufferBindingType::Storage { read_only: false };
         let uniform = wgpu::BufferBindingType::Uniform;
-        for (bias, experts) in [(false, false), (true, false), (false, true)] {
+        for bias in [false, true] {
             let mut d = super::super::shader::Defines::new();
             if bias {
                 d.insert("BIAS".into(), String::new());
-            }
-            if experts {
-                d.insert("EXPERTS".into(), String::new());
-                d.insert("MOE_COOP_TILES".into(), "4096u".into());
             }
             let src = super::super::shader::compose("matmul_staged.wgsl", &d).unwrap();
             let t = translate(&src, "main").unwrap_or_else(|e| panic!("{e}"));
             let mut expected = vec![(0, read), (1, read), (2, write), (3, uniform)];
             if bias {
                 expected.push((4, read));
-            }
-            if experts {
-                expected.push((5, uniform));
             }
             assert_eq!(t.bindings, expected);
             assert_eq!(t.workgroup_size, [128, 1, 1]);
@@ -436,6 +429,41 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
         let y = ctx.read_f32(&yb, 0, 100).unwrap();
         let want: Vec<f32> = a.iter().map(|v| v * 3.0 - 1.0).collect();
         assert_eq!(y, want);
+    }
+
+    /// The staged expert product, which decodes its weights as it stages them, translates for
+    /// each decoder family an expert weight comes in (compose_multi's instance 0 at bindings 0
+    /// to 2, the kernel's own from 3).
+    #[test]
+    fn the_staged_expert_product_translates_for_each_decoder() {
+        use super::super::shader::{compose_multi, Defines};
+        use super::super::weights::decoder_defines;
+        use minerva_formats::DType;
+        let uniform = wgpu::BufferBindingType::Uniform;
+        let read = wgpu::BufferBindingType::Storage { read_only: true };
+        let write = wgpu::BufferBindingType::Storage { read_only: false };
+        let mut d = Defines::new();
+        for (k, v) in [("EXPERTS", ""), ("MOE_COOP_TILES", "4096u")] {
+            d.insert(k.into(), v.into());
+        }
+        for dtype in [
+            DType::MXFP4,
+            DType::HfMxfp4,
+            DType::Q4_0,
+            DType::Q8_0,
+            DType::F16,
+        ] {
+            let dec = decoder_defines(dtype, None).unwrap();
+            let src = compose_multi("matmul_staged.wgsl", &d, &[dec]).unwrap();
+            let t = translate(&src, "main").unwrap_or_else(|e| panic!("{dtype:?}: {e}"));
+            let own: Vec<_> = t.bindings.iter().filter(|b| b.0 >= 3).cloned().collect();
+            assert_eq!(
+                own,
+                vec![(3, read), (4, write), (5, uniform), (6, uniform)],
+                "{dtype:?}"
+            );
+            assert!(t.bindings[0] == (0, read), "{dtype:?}: {:?}", t.bindings);
+        }
     }
 
     #[test]

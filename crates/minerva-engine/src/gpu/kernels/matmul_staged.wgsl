@@ -8,14 +8,25 @@
 // multiplies (two buffers, one barrier a step). The hand-over through workgroup memory needs the
 // GLSL450 memory model: this kernel is translated by spirv.rs, not by wgpu.
 // A product split along k (k_split a multiple of KS) writes partial sums as matmul_coop.wgsl's.
-// With EXPERTS, block x is the pair of tiles 2x and 2x + 1 of one expert, as matmul_coop.wgsl's
-// with TOKENS64; a workgroup whose pair belongs to another expert, or is empty, exits before
-// its first barrier (the whole workgroup: the tile list is uniform).
+// With EXPERTS (mixture-of-experts prefill, moe_coop.rs), block x is the pair of tiles 2x and
+// 2x + 1 of one expert, as matmul_coop.wgsl's with TOKENS64, and the weight is read as stored
+// (below); a workgroup whose pair belongs to an expert outside first_expert .. first_expert +
+// experts, or is empty, exits before its first barrier (the whole workgroup: the tile list is
+// uniform).
 enable f16;
 enable wgpu_cooperative_matrix;
 
 #include "coop_params.wgsl"
 
+#ifdef EXPERTS
+// The weight in its stored layout, read through its decoder (instance 0 of `compose_multi`:
+// bindings 0 to 2, `load_part_0`): each step's weight rows are decoded to f16 on their way to
+// workgroup memory, with no f16 copy of the experts' matrices. No BIAS (the scatter adds it).
+@group(0) @binding(3) var<storage, read> x16: array<vec4<f16>>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<uniform> p: Params;
+@group(0) @binding(6) var<uniform> tiles: array<vec4<u32>, MOE_COOP_TILES>;
+#else
 // w16 and x16 in fours of halves: a 16-byte line of eight halves is two of them.
 @group(0) @binding(0) var<storage, read> w16: array<vec4<f16>>;
 @group(0) @binding(1) var<storage, read> x16: array<vec4<f16>>;
@@ -24,8 +35,6 @@ enable wgpu_cooperative_matrix;
 #ifdef BIAS
 @group(0) @binding(4) var<storage, read> bias_block: array<f32>;
 #endif
-#ifdef EXPERTS
-@group(0) @binding(5) var<uniform> tiles: array<vec4<u32>, MOE_COOP_TILES>;
 #endif
 
 const KS: u32 = 32u;
@@ -36,8 +45,55 @@ const TILE: u32 = 64u * LINE;
 // Buffer b: the step's weight rows at 2·b·TILE, its input columns TILE after them.
 var<workgroup> stage: array<vec4<f16>, 2560>;
 
+#ifdef EXPERTS
+const F16_MAX: f32 = 65504.0;
+
+// Four decoded values from column c on as halves: saturated at ±65504, zero past the row's end.
+fn half_four(v: vec4<f32>, c: u32) -> vec4<f16> {
+    let inside = vec4<u32>(c) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.cols);
+    let h = clamp(v, vec4<f32>(-F16_MAX), vec4<f32>(F16_MAX));
+    return vec4<f16>(select(vec4<f32>(0.0), h, inside));
+}
+
+// Part j of the 32-value unit from half k on of stored row `row`: its two fours, which go to
+// fours weight_at(j) of the step's staged row.
+fn weight_fours(row: u32, k: u32, j: u32) -> array<vec4<f16>, 2> {
+    let part = load_part_0(row, k / 32u, j, p.cols);
+    let at = part_k_0(j);
+    return array<vec4<f16>, 2>(
+        half_four(part[0], k + 4u * at.x),
+        half_four(part[1], k + 4u * at.y),
+    );
+}
+
+fn weight_at(j: u32) -> vec2<u32> {
+    return part_k_0(j);
+}
+
+// This thread's eight fours of the step from half k on: part lid % 4 of weight rows lid / 4 and
+// lid / 4 + 32 (stored rows from w_base + row0), and line lid % 4 (two fours) of input columns
+// lid / 4 and lid / 4 + 32.
+fn step_lines(k: u32, lid: u32, w_base: u32, row0: u32, tok0: u32) -> array<vec4<f16>, 8> {
+    let per_row = p.k / 4u;
+    let r = lid / 4u;
+    let j = lid % 4u;
+    let w0 = weight_fours(w_base + row0 + r, k, j);
+    let w1 = weight_fours(w_base + row0 + r + 32u, k, j);
+    let x0 = (tok0 + r) * per_row + k / 4u + 2u * j;
+    let x1 = x0 + 32u * per_row;
+    return array<vec4<f16>, 8>(
+        w0[0], w0[1], w1[0], w1[1],
+        x16[x0], x16[x0 + 1u], x16[x1], x16[x1 + 1u],
+    );
+}
+#else
+fn weight_at(j: u32) -> vec2<u32> {
+    return vec2<u32>(2u * j, 2u * j + 1u);
+}
+
 // This thread's eight fours of the step from half k on: line lid % 4 (two fours) of weight
-// rows lid / 4 and lid / 4 + 32, and of input columns lid / 4 and lid / 4 + 32.
+// rows lid / 4 and lid / 4 + 32 (from w_base of w16, in fours), and of input columns lid / 4
+// and lid / 4 + 32.
 fn step_lines(k: u32, lid: u32, w_base: u32, row0: u32, tok0: u32) -> array<vec4<f16>, 8> {
     let per_row = p.k / 4u;
     let at = k / 4u + 2u * (lid % 4u);
@@ -51,20 +107,23 @@ fn step_lines(k: u32, lid: u32, w_base: u32, row0: u32, tok0: u32) -> array<vec4
         x16[x0], x16[x0 + 1u], x16[x1], x16[x1 + 1u],
     );
 }
+#endif
 
 fn stage_lines(buf: u32, lid: u32, v: array<vec4<f16>, 8>) {
-    let b = 2u * buf * TILE + (lid / 4u) * LINE + 2u * (lid % 4u);
-    stage[b] = v[0];
-    stage[b + 1u] = v[1];
-    stage[b + 32u * LINE] = v[2];
-    stage[b + 32u * LINE + 1u] = v[3];
-    stage[b + TILE] = v[4];
-    stage[b + TILE + 1u] = v[5];
-    stage[b + TILE + 32u * LINE] = v[6];
-    stage[b + TILE + 32u * LINE + 1u] = v[7];
+    let row = 2u * buf * TILE + (lid / 4u) * LINE;
+    let w = row + weight_at(lid % 4u);
+    stage[w.x] = v[0];
+    stage[w.y] = v[1];
+    stage[w.x + 32u * LINE] = v[2];
+    stage[w.y + 32u * LINE] = v[3];
+    let x = row + TILE + 2u * (lid % 4u);
+    stage[x] = v[4];
+    stage[x + 1u] = v[5];
+    stage[x + 32u * LINE] = v[6];
+    stage[x + 32u * LINE + 1u] = v[7];
 }
 
-// One workgroup's 64 tokens × 64 rows, its weight matrix at w_base of w16 (in fours).
+// One workgroup's 64 tokens × 64 rows, its weight matrix at w_base (see step_lines).
 fn block(wid: vec3<u32>, lid: u32, w_base: u32) {
     // Subgroups of exactly 32 lanes (Capabilities::matrix_cores), lanes 32s .. 32s + 31.
     let sg = lid / 32u;
@@ -131,7 +190,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #ifdef EXPERTS
     let tile = tiles[2u * wid.x];
     if (tile.z > 0u && tile.x >= p.first_expert && tile.x < p.first_expert + p.experts) {
-        block(wid, lid, (tile.x - p.first_expert) * p.rows * p.k / 4u);
+        block(wid, lid, (tile.x - p.first_expert) * p.rows);
     }
 #else
     block(wid, lid, 0u);

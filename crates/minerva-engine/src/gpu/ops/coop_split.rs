@@ -108,6 +108,7 @@ impl Ops {
             experts: 0,
             k_split,
             split_stride,
+            ..Zeroable::zeroed()
         };
         let ub = self.ctx.params("coop split params", &params);
         let grid = [padded / COOP_BLOCK, rows / per_group, splits];

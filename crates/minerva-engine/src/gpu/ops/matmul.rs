@@ -225,6 +225,9 @@ pub(super) struct CoopParams {
     /// between z's partial sums.
     pub k_split: u32,
     pub split_stride: u32,
+    /// With DECODE (matmul_staged.wgsl): the weight rows' values.
+    pub cols: u32,
+    pub _pad: [u32; 3],
 }
 
 impl Ops {
@@ -408,6 +411,7 @@ impl Ops {
                 experts: 0,
                 k_split: k,
                 split_stride: 0,
+                ..Zeroable::zeroed()
             };
             let ub = self.ctx.params("coop params", &params);
             let mut entries = vec![(0, &w16), (1, &x16), (2, y.buf), (3, &ub)];

@@ -1,7 +1,9 @@
 //! Mixture-of-experts prefill on matrix cores: the items of each expert tile gathered as f16
-//! rows (moe_coop.wgsl `gather`), the experts' matrices decoded to f16 a few at a time
-//! (coop_weights.wgsl) and multiplied on matrix cores tile by tile (matmul_coop.wgsl with
-//! EXPERTS, or matmul_staged.wgsl for tiles in pairs), and each item's row moved back to its place with its expert's bias (`scatter`).
+//! rows (moe_coop.wgsl `gather`), multiplied on matrix cores tile by tile, and each item's row
+//! moved back to its place with its expert's bias (`scatter`). Tiles in pairs go to
+//! matmul_staged.wgsl, which reads the experts' weights as stored and decodes each step's rows
+//! on their way to workgroup memory; other tiles to matmul_coop.wgsl, over f16 copies of a few
+//! experts' matrices at a time (coop_weights.wgsl).
 
 use super::coop_split::{input_shares, COOP_STEP, MIN_SPLIT_K};
 use super::matmul::{
@@ -120,15 +122,11 @@ impl Ops {
         let cols = sel.in_dim as u32;
         let k = cols.div_ceil(32) * 32;
         let slots = e.max_tiles * MATMUL_TOKENS;
-        let per_expert = rows as u64 * k as u64 * 2;
-        let most = self.expert_chunk_bytes.min(self.ctx.caps.max_binding);
-        let chunk = experts_per_chunk(most, per_expert, rows);
         let x16 = self.scratch_buffer("coop expert inputs", slots as u64 * k as u64 * 2);
         let split_stride = slots * rows;
         let wanted = expert_splits(k, split_stride as u64 * 4, self.ctx.caps.max_binding);
-        // Tiles in pairs and whole blocks of 64 outputs stage their matrices in workgroup
-        // memory (matmul_staged.wgsl: a pair of tiles and 64 outputs per workgroup, shares of
-        // the inputs in whole steps of 32).
+        // Tiles in pairs over whole blocks of 64 outputs go to the staged kernel, which reads
+        // the experts' weights as stored; its shares of the inputs are whole steps of 32.
         let staged = self.ctx.caps.staged_matrices && e.pairs && rows.is_multiple_of(STAGED_BLOCK);
         let step = if staged { STAGED_STEP } else { COOP_STEP };
         let (k_split, splits) = input_shares(k, wanted, step);
@@ -136,7 +134,6 @@ impl Ops {
             "coop expert products",
             splits as u64 * split_stride as u64 * 4,
         );
-        let w16 = self.scratch_buffer("coop weights", chunk as u64 * per_expert);
         let mut out = Vec::new();
         // Each tile's items as f16 rows.
         let params = MoeCoopParams {
@@ -154,86 +151,26 @@ impl Ops {
             &[(0, &ub), (1, e.order), (2, e.tiles), (3, x.buf), (4, &x16)],
             [(k / 4).div_ceil(64), slots, 1],
         ));
-        // A few experts at a time: their matrices decoded, then every tile of theirs.
-        let mrows = w.matrix_rows(false);
-        let experts = [
-            ("EXPERTS", String::new()),
-            ("MOE_COOP_TILES", format!("{MOE_COOP_TILES}u")),
-        ];
-        let (product, per_group, per_tokens) = if staged {
-            let pipe = self.pipeline("matmul_staged.wgsl", &defines(&experts), "main")?;
-            (pipe, STAGED_BLOCK, STAGED_BLOCK)
-        } else {
-            let (mut d, per_group) = coop_defines(rows, false);
-            // Tiles in pairs: a workgroup of 64 tokens per pair where it computes 64 rows.
-            let per_tokens = match e.pairs {
-                true => coop_tokens(&mut d, per_group, 2 * COOP_BLOCK),
-                false => COOP_BLOCK,
-            };
-            d.extend(defines(&experts));
-            let pipe = self.pipeline("matmul_coop.wgsl", &d, "main")?;
-            (pipe, per_group, per_tokens)
+        let cp = CoopParams {
+            rows,
+            k,
+            y_offset: 0,
+            y_stride: rows,
+            k_split,
+            split_stride,
+            cols,
+            ..Zeroable::zeroed()
         };
-        let defs = coop_weight_defines(self.weight_defines(w, sel));
-        let decode = self.pipeline("coop_weights.wgsl", &defs, "main")?;
-        let lanes = cols.div_ceil(32) * 4;
-        for part in &w.parts {
-            let first = part.first_row / mrows;
-            let count = part.rows / mrows;
-            let mut e0 = first;
-            while e0 < first + count {
-                let n = chunk.min(first + count - e0);
-                let wp = CoopWeightsParams {
-                    rows: n as u32 * rows,
-                    cols,
-                    stride: k,
-                    first_out: 0,
-                    row_base: ((e0 - first) * mrows) as u32,
-                    row_stride: 1,
-                    bias_offset: 0,
-                    out_rows: n as u32 * rows,
-                };
-                let wub = self.ctx.params("coop expert weights params", &wp);
-                let mut entries = part.entries();
-                entries.extend([(3, &w16), (4, &wub)]);
-                out.push(self.dispatch(
-                    decode.clone(),
-                    &entries,
-                    [
-                        lanes.div_ceil(64),
-                        (n as u32 * rows).div_ceil(COOP_DECODE_ROWS),
-                        1,
-                    ],
-                ));
-                let cp = CoopParams {
-                    rows,
-                    k,
-                    y_offset: 0,
-                    y_stride: rows,
-                    first_expert: e0 as u32,
-                    experts: n as u32,
-                    k_split,
-                    split_stride,
-                };
-                let cub = self.ctx.params("coop expert params", &cp);
-                out.push(self.dispatch(
-                    product.clone(),
-                    &[
-                        (0, &w16),
-                        (1, &x16),
-                        (2, &products),
-                        (3, &cub),
-                        (5, e.tiles),
-                    ],
-                    [
-                        e.max_tiles * COOP_BLOCK / per_tokens,
-                        rows / per_group,
-                        splits,
-                    ],
-                ));
-                e0 += n;
-            }
-        }
+        let product = ExpertProduct {
+            x16: &x16,
+            products: &products,
+            params: cp,
+            splits,
+        };
+        out.extend(match staged {
+            true => self.experts_staged(w, sel, &e, &product)?,
+            false => self.experts_decoded_first(w, sel, &e, &product)?,
+        });
         // Each item's row in place, with its expert's bias.
         let params = MoeCoopParams {
             cols: rows,
@@ -267,6 +204,139 @@ impl Ops {
             &entries,
             [rows.div_ceil(64 * SCATTER_VALUES), slots, 1],
         ));
+        Ok(out)
+    }
+}
+
+/// What the product step of `matmul_experts_coop` reads and writes: the gathered inputs, the
+/// partial sums, and the parameters every dispatch shares (its experts filled in per dispatch).
+struct ExpertProduct<'a> {
+    x16: &'a wgpu::Buffer,
+    products: &'a wgpu::Buffer,
+    params: CoopParams,
+    splits: u32,
+}
+
+impl Ops {
+    /// The product on the staged kernel (matmul_staged.wgsl with EXPERTS): one dispatch per
+    /// weight part, whose experts' rows it decodes as it stages them.
+    fn experts_staged(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        e: &ExpertTiles,
+        p: &ExpertProduct,
+    ) -> GpuResult<Vec<Dispatch>> {
+        let rows = p.params.rows;
+        let mrows = w.matrix_rows(false);
+        let d = defines(&[
+            ("EXPERTS", String::new()),
+            ("MOE_COOP_TILES", format!("{MOE_COOP_TILES}u")),
+        ]);
+        let decoder = [self.weight_defines(w, sel)];
+        let pipe =
+            self.pipelines
+                .get_multi(&self.ctx, "matmul_staged.wgsl", &d, &decoder, "main")?;
+        let mut out = Vec::new();
+        for part in &w.parts {
+            let params = CoopParams {
+                first_expert: (part.first_row / mrows) as u32,
+                experts: (part.rows / mrows) as u32,
+                ..p.params
+            };
+            let ub = self.ctx.params("coop expert params", &params);
+            let mut entries = part.entries();
+            entries.extend([(3, p.x16), (4, p.products), (5, &ub), (6, e.tiles)]);
+            let grid = [
+                e.max_tiles * COOP_BLOCK / STAGED_BLOCK,
+                rows / STAGED_BLOCK,
+                p.splits,
+            ];
+            out.push(self.dispatch(pipe.clone(), &entries, grid));
+        }
+        Ok(out)
+    }
+
+    /// The product on matmul_coop.wgsl with EXPERTS: a few experts at a time, their matrices
+    /// decoded to f16 (coop_weights.wgsl), then every tile of theirs.
+    fn experts_decoded_first(
+        &self,
+        w: &GpuWeight,
+        sel: &MatSel,
+        e: &ExpertTiles,
+        p: &ExpertProduct,
+    ) -> GpuResult<Vec<Dispatch>> {
+        let CoopParams { rows, k, cols, .. } = p.params;
+        let per_expert = rows as u64 * k as u64 * 2;
+        let most = self.expert_chunk_bytes.min(self.ctx.caps.max_binding);
+        let chunk = experts_per_chunk(most, per_expert, rows);
+        let w16 = self.scratch_buffer("coop weights", chunk as u64 * per_expert);
+        let mrows = w.matrix_rows(false);
+        let (mut d, per_group) = coop_defines(rows, false);
+        // Tiles in pairs: a workgroup of 64 tokens per pair where it computes 64 rows.
+        let per_tokens = match e.pairs {
+            true => coop_tokens(&mut d, per_group, 2 * COOP_BLOCK),
+            false => COOP_BLOCK,
+        };
+        d.insert("EXPERTS".into(), String::new());
+        d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
+        let product = self.pipeline("matmul_coop.wgsl", &d, "main")?;
+        let defs = coop_weight_defines(self.weight_defines(w, sel));
+        let decode = self.pipeline("coop_weights.wgsl", &defs, "main")?;
+        let lanes = cols.div_ceil(32) * 4;
+        let mut out = Vec::new();
+        for part in &w.parts {
+            let first = part.first_row / mrows;
+            let count = part.rows / mrows;
+            let mut e0 = first;
+            while e0 < first + count {
+                let n = chunk.min(first + count - e0);
+                let wp = CoopWeightsParams {
+                    rows: n as u32 * rows,
+                    cols,
+                    stride: k,
+                    first_out: 0,
+                    row_base: ((e0 - first) * mrows) as u32,
+                    row_stride: 1,
+                    bias_offset: 0,
+                    out_rows: n as u32 * rows,
+                };
+                let wub = self.ctx.params("coop expert weights params", &wp);
+                let mut entries = part.entries();
+                entries.extend([(3, &w16), (4, &wub)]);
+                out.push(self.dispatch(
+                    decode.clone(),
+                    &entries,
+                    [
+                        lanes.div_ceil(64),
+                        (n as u32 * rows).div_ceil(COOP_DECODE_ROWS),
+                        1,
+                    ],
+                ));
+                let params = CoopParams {
+                    first_expert: e0 as u32,
+                    experts: n as u32,
+                    ..p.params
+                };
+                let cub = self.ctx.params("coop expert params", &params);
+                out.push(self.dispatch(
+                    product.clone(),
+                    &[
+                        (0, &w16),
+                        (1, p.x16),
+                        (2, p.products),
+                        (3, &cub),
+                        (5, e.tiles),
+                    ],
+                    [
+                        e.max_tiles * COOP_BLOCK / per_tokens,
+                        rows / per_group,
+                        p.splits,
+                    ],
+                ));
+                e0 += n;
+            }
+        }
         Ok(out)
     }
 }
