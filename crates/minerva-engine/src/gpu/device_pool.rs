@@ -125,6 +125,22 @@ pub fn idle() -> usize {
 #[cfg(test)]
 pub(crate) static TEST_DEVICES: Mutex<()> = Mutex::new(());
 
+/// A context for one of the library's tests, made while it holds `TEST_DEVICES` (returned with
+/// it). Without an adapter: None after a loud SKIPPED line, or a panic where CI is set.
+#[cfg(test)]
+pub(crate) fn test_context() -> Option<(std::sync::MutexGuard<'static, ()>, crate::gpu::GpuContext)>
+{
+    let one = TEST_DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    match crate::gpu::GpuContext::new(&GpuOptions::default()) {
+        Ok(ctx) => Some((one, ctx)),
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPED: no GPU adapter ({e})");
+            None
+        }
+        Err(e) => panic!("CI is set but the GPU backend found no device: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -386,18 +386,9 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     /// buffers bound at its WGSL binding numbers.
     #[test]
     fn a_kernel_passed_through_reads_each_binding_after_a_gap() {
-        use super::super::context::GpuOptions;
         use super::super::pipelines::Dispatch;
-        let _one = super::super::device_pool::TEST_DEVICES
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let ctx = match GpuContext::new(&GpuOptions::default()) {
-            Ok(c) => c,
-            Err(e) if std::env::var_os("CI").is_none() => {
-                eprintln!("SKIPPED: no GPU adapter ({e})");
-                return;
-            }
-            Err(e) => panic!("CI is set but the GPU backend found no device: {e}"),
+        let Some((_one, ctx)) = super::super::device_pool::test_context() else {
+            return;
         };
         if !ctx
             .device

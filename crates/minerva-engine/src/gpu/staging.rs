@@ -395,7 +395,6 @@ fn copy_parallel(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8], gather: Gather,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{GpuContext, GpuOptions};
 
     /// A small ring (halves of 16 KiB) through which tensors of odd sizes, some larger than a
     /// half, pass many times round: halves are made, handed over full and mapped again, and
@@ -405,16 +404,8 @@ mod tests {
     /// the way.
     #[test]
     fn a_small_ring_wraps_and_every_byte_lands() {
-        let _one = crate::gpu::device_pool::TEST_DEVICES
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let ctx = match GpuContext::new(&GpuOptions::default()) {
-            Ok(c) => c,
-            Err(e) if std::env::var_os("CI").is_none() => {
-                eprintln!("SKIPPED: no GPU adapter ({e})");
-                return;
-            }
-            Err(e) => panic!("CI is set but the GPU backend found no device: {e}"),
+        let Some((_one, ctx)) = crate::gpu::device_pool::test_context() else {
+            return;
         };
         let mut seed = 7u64;
         let lens = [
