@@ -150,25 +150,30 @@ fn block(wid: vec3<u32>, lid: u32, w_base: u32) {
     workgroupBarrier();
     var buf = 0u;
     for (var k = k_first; k < k_end; k += KS) {
-        let more = k + KS < k_end;
-        if (more) {
-            lines = step_lines(k + KS, lid, w_base, row0, tok0);
-        }
+        // The next step's lines; the last step loads its own again, so that no branch stands
+        // between these loads and the multiplies and the compiler may interleave them.
+        lines = step_lines(min(k + KS, k_end - KS), lid, w_base, row0, tok0);
+        // The step's two halves of 16 inputs (fours 0 and 4 of each staged row), written out.
         let a = 2u * buf * TILE + wr * LINE;
         let b = 2u * buf * TILE + TILE + wt * LINE;
-        for (var s = 0u; s < 8u; s += 4u) {
-            let w0 = coopLoadT<coop_mat16x16<f16, A>>(&stage[a + s], LINE);
-            let w1 = coopLoadT<coop_mat16x16<f16, A>>(&stage[a + 16u * LINE + s], LINE);
-            let x0 = coopLoad<coop_mat16x16<f16, B>>(&stage[b + s], LINE);
-            let x1 = coopLoad<coop_mat16x16<f16, B>>(&stage[b + 16u * LINE + s], LINE);
-            c00 = coopMultiplyAdd(w0, x0, c00);
-            c01 = coopMultiplyAdd(w0, x1, c01);
-            c10 = coopMultiplyAdd(w1, x0, c10);
-            c11 = coopMultiplyAdd(w1, x1, c11);
-        }
-        if (more) {
-            stage_lines(1u - buf, lid, lines);
-        }
+        let w0 = coopLoadT<coop_mat16x16<f16, A>>(&stage[a], LINE);
+        let w1 = coopLoadT<coop_mat16x16<f16, A>>(&stage[a + 16u * LINE], LINE);
+        let x0 = coopLoad<coop_mat16x16<f16, B>>(&stage[b], LINE);
+        let x1 = coopLoad<coop_mat16x16<f16, B>>(&stage[b + 16u * LINE], LINE);
+        c00 = coopMultiplyAdd(w0, x0, c00);
+        c01 = coopMultiplyAdd(w0, x1, c01);
+        c10 = coopMultiplyAdd(w1, x0, c10);
+        c11 = coopMultiplyAdd(w1, x1, c11);
+        let v0 = coopLoadT<coop_mat16x16<f16, A>>(&stage[a + 4u], LINE);
+        let v1 = coopLoadT<coop_mat16x16<f16, A>>(&stage[a + 16u * LINE + 4u], LINE);
+        let z0 = coopLoad<coop_mat16x16<f16, B>>(&stage[b + 4u], LINE);
+        let z1 = coopLoad<coop_mat16x16<f16, B>>(&stage[b + 16u * LINE + 4u], LINE);
+        c00 = coopMultiplyAdd(v0, z0, c00);
+        c01 = coopMultiplyAdd(v0, z1, c01);
+        c10 = coopMultiplyAdd(v1, z0, c10);
+        c11 = coopMultiplyAdd(v1, z1, c11);
+        // The buffer the last step writes is one nobody reads again.
+        stage_lines(1u - buf, lid, lines);
         workgroupBarrier();
         buf = 1u - buf;
     }
