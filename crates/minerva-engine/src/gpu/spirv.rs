@@ -5,7 +5,8 @@
 //! invocation's read (gfx-rs/wgpu#8805). The translation here declares GLSL450, the model that
 //! code was written for; Vulkan's cooperative matrices do not require the Vulkan model.
 //! Such a module bypasses wgpu's translation (`Features::PASSTHROUGH_SHADERS`), so its pipeline
-//! gets a layout made from the module's own bindings.
+//! gets a layout made from the module's own bindings, and the module numbers them as wgpu's
+//! Vulkan layer numbers that layout's (in order from 0).
 
 use super::context::GpuContext;
 use super::error::{GpuError, GpuResult};

@@ -9,7 +9,7 @@ struct Params {
     experts: u32,
     k_split: u32,       // halves of k per workgroup z (all of k unless the product is split)
     split_stride: u32,  // values of y between workgroup z's partial sums (a multiple of 4)
-    cols: u32,          // the weight rows' values (DECODE of matmul_staged.wgsl)
+    cols: u32,          // the weight rows' values (EXPERTS of matmul_staged.wgsl)
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,

@@ -225,7 +225,8 @@ pub(super) struct CoopParams {
     /// between z's partial sums.
     pub k_split: u32,
     pub split_stride: u32,
-    /// With DECODE (matmul_staged.wgsl): the weight rows' values.
+    /// With EXPERTS on matmul_staged.wgsl (weights decoded as they are staged): the weight
+    /// rows' values.
     pub cols: u32,
     pub _pad: [u32; 3],
 }
