@@ -9,6 +9,16 @@ alias Unit = array<vec4<f32>, 8>;
 // A quarter of a unit: 8 of its values as two vec4s, the decode products' grain (unit.wgsl).
 alias Part = array<vec4<f32>, 2>;
 
+// f16's largest finite value: the matrix-core products' f16 copies saturate there.
+const F16_MAX: f32 = 65504.0;
+
+// Four decoded values from column c of a row of `cols` on, as the matrix-core products take
+// them in f16: saturated at ±F16_MAX, zero past the row's end.
+fn f16_four(v: vec4<f32>, c: u32, cols: u32) -> vec4<f32> {
+    let inside = vec4<u32>(c) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(cols);
+    return select(vec4<f32>(0.0), clamp(v, vec4<f32>(-F16_MAX), vec4<f32>(F16_MAX)), inside);
+}
+
 // The x values a decode product's part meets (product.wgsl): vec4s of its unit as the part's
 // two vec4s of weights, times the norm's weights with NORM, and Σx² of the raw values (NORM).
 struct XPart {

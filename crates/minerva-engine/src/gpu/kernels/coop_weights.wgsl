@@ -28,12 +28,9 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> bias_block: array<f32>;
 #endif
 
-const F16_MAX: f32 = 65504.0;
-
-// Four values from column `c` on as two f16 pairs, zero past the row's end.
+// Four values from column `c` on as two f16 pairs (`f16_four`).
 fn half4(v: vec4<f32>, c: u32) -> vec2<u32> {
-    let inside = vec4<u32>(c) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.cols);
-    let h = select(vec4<f32>(0.0), clamp(v, vec4<f32>(-F16_MAX), vec4<f32>(F16_MAX)), inside);
+    let h = f16_four(v, c, p.cols);
     return vec2<u32>(pack2x16float(h.xy), pack2x16float(h.zw));
 }
 

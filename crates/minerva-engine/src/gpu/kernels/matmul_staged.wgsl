@@ -46,23 +46,14 @@ const TILE: u32 = 64u * LINE;
 var<workgroup> stage: array<vec4<f16>, 2560>;
 
 #ifdef EXPERTS
-const F16_MAX: f32 = 65504.0;
-
-// Four decoded values from column c on as halves: saturated at ±65504, zero past the row's end.
-fn half_four(v: vec4<f32>, c: u32) -> vec4<f16> {
-    let inside = vec4<u32>(c) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.cols);
-    let h = clamp(v, vec4<f32>(-F16_MAX), vec4<f32>(F16_MAX));
-    return vec4<f16>(select(vec4<f32>(0.0), h, inside));
-}
-
 // Part j of the 32-value unit from half k on of stored row `row`: its two fours, which go to
 // fours weight_at(j) of the step's staged row.
 fn weight_fours(row: u32, k: u32, j: u32) -> array<vec4<f16>, 2> {
     let part = load_part_0(row, k / 32u, j, p.cols);
     let at = part_k_0(j);
     return array<vec4<f16>, 2>(
-        half_four(part[0], k + 4u * at.x),
-        half_four(part[1], k + 4u * at.y),
+        vec4<f16>(f16_four(part[0], k + 4u * at.x, p.cols)),
+        vec4<f16>(f16_four(part[1], k + 4u * at.y, p.cols)),
     );
 }
 
