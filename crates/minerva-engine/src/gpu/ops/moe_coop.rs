@@ -20,7 +20,8 @@ use bytemuck::{Pod, Zeroable};
 /// Most bytes of experts' f16 matrices one step of the matrix-core expert product decodes: 16 of
 /// gpt-oss-20b's (16.6 MB each), so that each product dispatch has half of the tiles to run (4
 /// experts at a time left the GPU half idle; 16 instead of 8 made its prompts 4–8 % faster,
-/// benches/GPU.md entry 91); a 256 MiB scratch buffer while prompts run.
+/// benches/GPU.md entry 91); a 256 MiB scratch buffer while prompts run. Only tiles that are
+/// not in pairs take this path: the staged kernel reads the experts' weights as stored.
 pub const EXPERT_CHUNK_BYTES: u64 = 256 << 20;
 /// Output values each thread of `moe_coop.wgsl`'s `scatter` moves (SCATTER_VALUES there): a
 /// workgroup per 256 values of a slot rather than per 64.
