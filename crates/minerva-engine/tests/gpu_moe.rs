@@ -254,7 +254,8 @@ fn grouped_expert_matmul_matches_the_cpu() {
 /// The prefill expert product on matrix cores (`matmul_experts_coop`: items gathered as f16 per
 /// tile, experts decoded two at a time, each item's row scattered back with its expert's bias)
 /// against the CPU item by item: gpt-oss MXFP4 experts of 64 outputs over 96 inputs and F16
-/// ones over 1,000 (padded to 1,024, the product split into four shares of its inputs), split
+/// ones over 1,000 (padded to 1,024, the product split into shares of its inputs: four, two on
+/// the staged kernel), split
 /// into parts of whole experts, an expert nobody picks, 40, 130 and 300 tokens (in pairs of
 /// tiles), gate/up-style and down-style inputs; the tiles in pairs on the staged kernel where
 /// the adapter has it (`matmul_staged.wgsl`). Where the adapter has no matrix cores (lavapipe),

@@ -31,16 +31,20 @@ const SCATTER_VALUES: u32 = 4;
 /// the expert matrices' loads at once (they come from memory: each is read by one or two pairs
 /// of tiles). gpt-oss-20b's prompts ran 11–15 % faster with 2 to 4 (benches/GPU.md, entry 95).
 const EXPERT_SPLITS: u32 = 4;
+/// ... for the staged kernel, whose workgroups of four subgroups keep more loads in flight
+/// each: two shares made gpt-oss-20b's prompts 2–3 % faster than four (benches/GPU.md,
+/// entries 114 and 115).
+const STAGED_EXPERT_SPLITS: u32 = 2;
 /// The most bytes all shares' partial sums take.
 const EXPERT_SPLIT_BYTES: u64 = 256 << 20;
 
-/// The shares of `k` inputs for partial sums of `split_bytes` each: `EXPERT_SPLITS` within
-/// `MIN_SPLIT_K` inputs per share (as the dense products' splits), `EXPERT_SPLIT_BYTES` and one
-/// binding, at least one.
-fn expert_splits(k: u32, split_bytes: u64, max_binding: u64) -> u32 {
-    let most = EXPERT_SPLIT_BYTES.min(max_binding);
-    let by_bytes = (most / split_bytes.max(1)).min(EXPERT_SPLITS as u64) as u32;
-    EXPERT_SPLITS.min(k / MIN_SPLIT_K).min(by_bytes).max(1)
+/// The shares of `k` inputs for partial sums of `split_bytes` each: `most` within `MIN_SPLIT_K`
+/// inputs per share (as the dense products' splits), `EXPERT_SPLIT_BYTES` and one binding, at
+/// least one.
+fn expert_splits(most: u32, k: u32, split_bytes: u64, max_binding: u64) -> u32 {
+    let room = EXPERT_SPLIT_BYTES.min(max_binding);
+    let by_bytes = (room / split_bytes.max(1)).min(most as u64) as u32;
+    most.min(k / MIN_SPLIT_K).min(by_bytes).max(1)
 }
 
 /// Most rows one dispatch decodes (its grid's y; wgpu's default limit per dimension).
@@ -125,11 +129,15 @@ impl Ops {
         let slots = e.max_tiles * MATMUL_TOKENS;
         let x16 = self.scratch_buffer("coop expert inputs", slots as u64 * k as u64 * 2);
         let split_stride = slots * rows;
-        let wanted = expert_splits(k, split_stride as u64 * 4, self.ctx.caps.max_binding);
         // Tiles in pairs over whole blocks of 64 outputs go to the staged kernel, which reads
         // the experts' weights as stored; its shares of the inputs are whole steps of 32.
         let staged = self.ctx.caps.staged_matrices && e.pairs && rows.is_multiple_of(STAGED_BLOCK);
-        let step = if staged { STAGED_STEP } else { COOP_STEP };
+        let (most, step) = match staged {
+            true => (STAGED_EXPERT_SPLITS, STAGED_STEP),
+            false => (EXPERT_SPLITS, COOP_STEP),
+        };
+        let max_binding = self.ctx.caps.max_binding;
+        let wanted = expert_splits(most, k, split_stride as u64 * 4, max_binding);
         let (k_split, splits) = input_shares(k, wanted, step);
         let products = self.scratch_buffer(
             "coop expert products",
@@ -362,13 +370,15 @@ mod tests {
     fn expert_products_split_within_their_inputs_and_bytes() {
         // gpt-oss-20b, 512 tokens: 4,032 slots of 2,880 outputs.
         let share = 4032 * 2880 * 4;
-        assert_eq!(expert_splits(2880, share, 4 << 30), 4);
+        let most = EXPERT_SPLITS;
+        assert_eq!(expert_splits(most, 2880, share, 4 << 30), 4);
+        assert_eq!(expert_splits(STAGED_EXPERT_SPLITS, 2880, share, 4 << 30), 2);
         // Short rows: a share has at least 256 inputs.
-        assert_eq!(expert_splits(512, share, 4 << 30), 2);
-        assert_eq!(expert_splits(96, share, 4 << 30), 1);
+        assert_eq!(expert_splits(most, 512, share, 4 << 30), 2);
+        assert_eq!(expert_splits(most, 96, share, 4 << 30), 1);
         // Partial sums within 256 MiB and one binding.
-        assert_eq!(expert_splits(2880, 100 << 20, 4 << 30), 2);
-        assert_eq!(expert_splits(2880, share, 2 * share), 2);
-        assert_eq!(expert_splits(2880, 300 << 20, 4 << 30), 1);
+        assert_eq!(expert_splits(most, 2880, 100 << 20, 4 << 30), 2);
+        assert_eq!(expert_splits(most, 2880, share, 2 * share), 2);
+        assert_eq!(expert_splits(most, 2880, 300 << 20, 4 << 30), 1);
     }
 }
