@@ -13,7 +13,7 @@ use super::fusion;
 use super::graph::{Graph, MoeTable, Node};
 use super::ops::{select_scratch_len, KvCache, Ops, SampleParams, Step};
 use super::pipelines::Dispatch;
-use super::plan::{explain, DispatchInfo, KernelCost, Plan};
+use super::plan::Plan;
 use super::weights::GpuWeight;
 use crate::backend::{
     AttnParams, Backend, BufId, Choice, DeviceSample, KvId, KvSpec, Linear, MoeBlock, RopeParams,
@@ -31,9 +31,9 @@ impl From<GpuError> for EngineError {
 }
 
 /// A plan's dispatches, and how many of them each kernel has.
-struct Encoded {
-    dispatches: Vec<Arc<Dispatch>>,
-    per_kernel: Vec<usize>,
+pub(super) struct Encoded {
+    pub(super) dispatches: Vec<Arc<Dispatch>>,
+    pub(super) per_kernel: Vec<usize>,
 }
 
 pub struct GpuBackend {
@@ -67,10 +67,10 @@ pub struct GpuBackend {
     /// The ops recorded since the last submit.
     graph: Graph,
     /// Plans by shape class, and their dispatches (dropped when a buffer they bind is).
-    plans: HashMap<u64, Arc<Plan>>,
-    encoded: HashMap<u64, Arc<Encoded>>,
+    pub(super) plans: HashMap<u64, Arc<Plan>>,
+    pub(super) encoded: HashMap<u64, Arc<Encoded>>,
     /// The last graph submitted and its key, for `explain_plan`.
-    last_graph: Option<(Graph, u64)>,
+    pub(super) last_graph: Option<(Graph, u64)>,
     /// Build pipelines ahead of use: not on a software adapter, where compiling competes for
     /// the cores that run the kernels.
     warm: bool,
@@ -131,80 +131,6 @@ impl GpuBackend {
 
     pub fn context(&self) -> &Arc<GpuContext> {
         &self.ctx
-    }
-
-    /// The plan of the last step submitted, with each kernel's dispatches, the bytes it reads,
-    /// and its floor at `bandwidth` bytes/s.
-    pub fn explain_plan(&self, bandwidth: f64) -> Option<String> {
-        let (g, key) = self.last_graph.as_ref()?;
-        let plan = self.plans.get(key)?;
-        let enc = self.encoded.get(key)?;
-        let mut at = 0;
-        let costs: Vec<KernelCost> = plan
-            .kernels
-            .iter()
-            .zip(&enc.per_kernel)
-            .map(|(k, &count)| {
-                let list = &enc.dispatches[at..at + count];
-                at += count;
-                let mut c = self.cost(g, &k.nodes(), k.dispatched());
-                c.dispatches = list
-                    .iter()
-                    .map(|d| DispatchInfo {
-                        label: d.label.to_string(),
-                        groups: d.groups,
-                    })
-                    .collect();
-                c
-            })
-            .collect();
-        Some(explain(g, plan, &costs, bandwidth))
-    }
-
-    /// The bytes the nodes of one kernel read: weights, activations that come from outside the
-    /// kernel, and the KV cache up to the step's position.
-    fn cost(&self, g: &Graph, nodes: &[usize], dispatched: bool) -> KernelCost {
-        let mut c = KernelCost::default();
-        if !dispatched {
-            return c;
-        }
-        let mut inside = Vec::new();
-        for &i in nodes {
-            let node = &g.nodes[i];
-            for b in node.reads().as_slice().iter().copied() {
-                if !inside.contains(&b) {
-                    if let Ok(buf) = self.buf(b) {
-                        c.activation_bytes += (node.rows() * buf.cols * 4) as u64;
-                    }
-                }
-            }
-            inside.extend_from_slice(node.writes().as_slice());
-            c.weight_bytes += match node {
-                Node::Product { lin, .. } => self.view_bytes(lin),
-                Node::Embed { table, n, .. } => self.row_bytes(*table) * *n as u64,
-                Node::EmbedChoice { table, .. } => self.row_bytes(*table),
-                Node::Norm { w, .. } => w.len as u64 * 4,
-                Node::Moe { block, n, .. } => {
-                    let b = self.moes.get(*block);
-                    let used = (n * b.routing.top_k).min(b.experts.len()) as u64;
-                    let e = &b.experts[0];
-                    self.view_bytes(&b.router)
-                        + used
-                            * (self.view_bytes(&e.gate)
-                                + self.view_bytes(&e.up)
-                                + self.view_bytes(&e.down))
-                }
-                _ => 0,
-            };
-            if let Node::Attention { kv, p, .. } = node {
-                if let Some(Some(k)) = self.kvs.get(kv.0 as usize) {
-                    let seen = (p.pos + p.n).min(k.cache_len) as u64;
-                    let unit = if self.kv_f16 { 2 } else { 4 };
-                    c.cache_bytes += 2 * seen * (p.n_kv_heads * p.head_dim) as u64 * unit;
-                }
-            }
-        }
-        c
     }
 
     /// Plans and encodes the recorded graph (reusing the plan of its shape class), leaving the

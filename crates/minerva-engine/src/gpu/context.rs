@@ -748,7 +748,7 @@ mod tests {
         let mut last = 0;
         for bytes in (1..5_000_000u64).step_by(9_973) {
             let s = scratch_size(bytes);
-            assert!(s >= bytes && s % 16 == 0, "{bytes} → {s}");
+            assert!(s >= bytes && s.is_multiple_of(16), "{bytes} → {s}");
             assert!(s <= bytes + bytes / 8 + 16, "{bytes} → {s}");
             assert!(s >= last, "sizes grow with the request");
             last = s;

@@ -559,10 +559,9 @@ fn attention(p: &mut Planner, i: usize) -> bool {
             Node::Rope { x: kx, .. },
         ) = (p.node(rq), p.node(rk))
         {
-            if *qx == q && *kx == k && v != q && v != k && *pos == ap.pos && *n == ap.n {
-                if turn.head_dim == ap.head_dim {
-                    rope = Some((rq, rk, turn.dim));
-                }
+            let same_step = *pos == ap.pos && *n == ap.n && turn.head_dim == ap.head_dim;
+            if *qx == q && *kx == k && v != q && v != k && same_step {
+                rope = Some((rq, rk, turn.dim));
             }
         }
     }

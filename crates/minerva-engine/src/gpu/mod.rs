@@ -6,6 +6,7 @@ pub mod adapters;
 pub mod backend;
 mod buffers;
 pub mod context;
+mod costs;
 pub mod device_pool;
 mod encode;
 mod encode_moe;

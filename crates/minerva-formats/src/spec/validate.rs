@@ -130,7 +130,7 @@ pub(super) fn numbers(spec: &ModelSpec, path: &Path, names: &dyn KeyNames) -> Re
     in_range(path, names, Hidden, spec.hidden_size, 1, MAX_WIDTH)?;
     in_range(path, names, Heads, spec.n_heads, 1, MAX_HEADS)?;
     in_range(path, names, KvHeads, spec.n_kv_heads, 1, spec.n_heads)?;
-    if spec.n_heads % spec.n_kv_heads != 0 {
+    if !spec.n_heads.is_multiple_of(spec.n_kv_heads) {
         return Err(FormatError::malformed(
             path,
             format!(
@@ -197,7 +197,7 @@ pub(super) fn numbers(spec: &ModelSpec, path: &Path, names: &dyn KeyNames) -> Re
         ));
     }
     positive_finite(path, names, RopeTheta, spec.rope.theta)?;
-    if spec.rope.dim == 0 || spec.rope.dim > spec.head_dim || spec.rope.dim % 2 != 0 {
+    if spec.rope.dim == 0 || spec.rope.dim > spec.head_dim || !spec.rope.dim.is_multiple_of(2) {
         return Err(FormatError::malformed(
             path,
             format!(
