@@ -356,7 +356,7 @@ pub struct Ops {
     small_product: u32,
     /// Parts in flight per lane: plain products, products reading two weights per part (GLU),
     /// then both for E2M1 weights, then both for products staging x (X_HALVES).
-    in_flight: [u32; 6],
+    in_flight: [u32; 8],
     /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads; None:
     /// `rows_per_lane` chooses.
     rows_per_lane: Option<u32>,
@@ -454,6 +454,11 @@ pub const IN_FLIGHT: (u32, u32) = (4, 2);
 /// one at a time ran gpt-oss's expert products fastest (benches/GPU.md, entry 57).
 pub const IN_FLIGHT_E2M1: (u32, u32) = (1, 1);
 
+/// ... for those that take x as int8 records (DOT_I8), whose lanes hold a part's x in one vec4:
+/// a gate/up lane's four parts of a 2,048-value row in one round made tinyllama's Q4_0 and
+/// Q8_0 decode ≈ 1 % faster than two rounds of two (benches/GPU.md, entry 116).
+pub const IN_FLIGHT_INT8: (u32, u32) = (4, 4);
+
 /// ... for those that stage x in f16 pairs (X_HALVES), whose lanes hold no x in registers: two
 /// parts at once made gpt-oss's expert gate/up product 7 % faster, its down product 3 % slower
 /// (benches/GPU.md, entry 80).
@@ -489,6 +494,8 @@ impl Ops {
                 IN_FLIGHT_E2M1.1,
                 IN_FLIGHT_HALVES.0,
                 IN_FLIGHT_HALVES.1,
+                IN_FLIGHT_INT8.0,
+                IN_FLIGHT_INT8.1,
             ],
             rows_per_lane: None,
             int8_products: ctx.int8_products,
@@ -541,7 +548,7 @@ impl Ops {
     /// dtype), for measuring them against each other.
     pub fn set_in_flight(&mut self, plain: u32, glu: u32) {
         let (p, g) = (plain.max(1), glu.max(1));
-        self.in_flight = [p, g, p, g, p, g];
+        self.in_flight = [p, g, p, g, p, g, p, g];
     }
 
     /// Sets how many rows each lane of a plain decode product takes (1 to 3), for measuring

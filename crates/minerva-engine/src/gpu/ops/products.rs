@@ -132,6 +132,30 @@ fn local_xq(cols: u32) -> Defines {
     ])
 }
 
+/// What a decode product's lanes hold of x, which sets how many parts they load at once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ProductX {
+    /// f32 values (with a folded norm's weights).
+    Plain,
+    /// f32 values, against E2M1 weights, whose parts take more registers to decode.
+    E2m1,
+    /// f16 pairs staged by the workgroup (X_HALVES).
+    Halves,
+    /// int8 records (DOT_I8).
+    Int8,
+}
+
+impl ProductX {
+    fn of(halves: bool, e2m1: bool, int8: bool) -> ProductX {
+        match (halves, int8, e2m1) {
+            (true, _, _) => ProductX::Halves,
+            (false, true, _) => ProductX::Int8,
+            (false, false, true) => ProductX::E2m1,
+            (false, false, false) => ProductX::Plain,
+        }
+    }
+}
+
 impl Ops {
     /// Sets whether gate/up products below `INT8_MIN_OUTPUTS` that fold a norm quantize x in
     /// their own workgroups (XQ_LOCAL) rather than behind a dispatch of its own, for measuring
@@ -184,13 +208,20 @@ impl Ops {
         self.packed_f16 && !norm && decoders.iter().all(|d| d.contains_key("E2M1"))
     }
 
-    /// Workgroup shape of the decode products (`Ops::shape`), and subgroup reductions where
-    /// every subgroup lies within one row's lanes.
-    fn product_defines(&self, glu: bool, e2m1: bool, halves: bool, outputs: u32) -> Defines {
+    /// Workgroup shape of the decode products (`Ops::shape`), their parts in flight by what the
+    /// lanes hold (`IN_FLIGHT` and the like, for x staged in f16 pairs, E2M1 weights or int8
+    /// x), and subgroup reductions where every subgroup lies within one row's lanes.
+    fn product_defines(&self, glu: bool, x: ProductX, outputs: u32) -> Defines {
+        let halves = x == ProductX::Halves;
         let (wg, rpw) = self.shape(halves, outputs);
         let tpr = wg / rpw;
         let caps = self.ctx.caps;
-        let class = if halves { 2 } else { usize::from(e2m1) };
+        let class = match x {
+            ProductX::Plain => 0,
+            ProductX::E2m1 => 1,
+            ProductX::Halves => 2,
+            ProductX::Int8 => 3,
+        };
         let in_flight = self.in_flight[2 * class + usize::from(glu)];
         let mut d = defines(&[
             ("WG", format!("{wg}u")),
@@ -203,6 +234,7 @@ impl Ops {
         d
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn matvec_defines(
         &self,
         decoder: Defines,
@@ -210,11 +242,12 @@ impl Ops {
         bias: bool,
         rpl: u32,
         halves: bool,
+        int8: bool,
         outputs: u32,
     ) -> Defines {
-        let e2m1 = decoder.contains_key("E2M1");
+        let x = ProductX::of(halves, decoder.contains_key("E2M1"), int8);
         let mut d = decoder;
-        d.extend(self.product_defines(false, e2m1, halves, outputs));
+        d.extend(self.product_defines(false, x, outputs));
         d.insert("RPL".into(), format!("{rpl}u"));
         if rpl > 1 {
             d.insert("MULTI_ROW".into(), String::new());
@@ -309,6 +342,7 @@ impl Ops {
             bias.is_some(),
             rpl,
             halves.is_some(),
+            int8,
             outputs,
         );
         let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
@@ -566,7 +600,8 @@ impl Ops {
         let halves = (packed && decoders.windows(2).all(|w| w[0] == w[1]))
             .then(|| self.x_halves_defines(flags.cols))
             .flatten();
-        let mut d = self.product_defines(glu, e2m1, halves.is_some(), flags.rows);
+        let x = ProductX::of(halves.is_some(), e2m1, flags.int8);
+        let mut d = self.product_defines(glu, x, flags.rows);
         if packed {
             // The kernel (common.wgsl: f16 on) and each weight's decoder (its half parts).
             for dec in decoders.iter_mut().chain([&mut d]) {
