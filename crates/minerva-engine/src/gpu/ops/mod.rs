@@ -355,7 +355,7 @@ pub struct Ops {
     /// Products of fewer outputs take one row per workgroup (`SMALL_PRODUCT`).
     small_product: u32,
     /// Parts in flight per lane: plain products, products reading two weights per part (GLU),
-    /// then both for E2M1 weights, then both for products staging x (X_HALVES).
+    /// then both for E2M1 weights, for products staging x (X_HALVES), for int8 x (DOT_I8).
     in_flight: [u32; 8],
     /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads; None:
     /// `rows_per_lane` chooses.
