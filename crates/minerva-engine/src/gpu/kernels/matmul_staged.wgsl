@@ -50,7 +50,7 @@ var<workgroup> stage: array<vec4<f16>, 2560>;
 // fours weight_at(j) of the step's staged row.
 fn weight_fours(row: u32, k: u32, j: u32) -> array<vec4<f16>, 2> {
     let part = load_part_0(row, k / 32u, j, p.cols);
-    let at = part_k_0(j);
+    let at = weight_at(j);
     return array<vec4<f16>, 2>(
         vec4<f16>(f16_four(part[0], k + 4u * at.x, p.cols)),
         vec4<f16>(f16_four(part[1], k + 4u * at.y, p.cols)),

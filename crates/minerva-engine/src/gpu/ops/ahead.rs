@@ -1,9 +1,8 @@
 //! Kernels built ahead of use on background threads: those a model's steps will use, from its
 //! weights' dtypes and the fixed kernels (`warm_up`), and those a list names (`build_ahead`).
 
-use super::{
-    coop_block_defines, coop_weight_defines, select, Eltwise, MatmulTile, Ops, MOE_COOP_TILES,
-};
+use super::moe_coop::add_expert_tiles;
+use super::{coop_block_defines, coop_weight_defines, select, Eltwise, MatmulTile, Ops};
 use crate::gpu::shader::{defines, Defines};
 
 impl Ops {
@@ -86,8 +85,7 @@ impl Ops {
         // Mixture-of-experts prompts on matrix cores (moe_coop.rs), after every dense kernel.
         if decoders.is_empty() && self.ctx.caps.matrix_cores {
             for mut d in coop_block_defines() {
-                d.insert("EXPERTS".into(), String::new());
-                d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
+                add_expert_tiles(&mut d);
                 jobs.push(single("matmul_coop.wgsl", d));
             }
             for d in [Defines::new(), defines(&[("BIAS", String::new())])] {

@@ -62,6 +62,13 @@ fn experts_per_chunk(bytes: u64, per_expert: u64, rows: u32) -> usize {
 /// matmul_coop.wgsl): 64 KiB, the smallest uniform binding limit adapters offer.
 pub const MOE_COOP_TILES: u32 = 4096;
 
+/// Adds the defines that make a matrix-core product (matmul_coop.wgsl, matmul_staged.wgsl) an
+/// expert product over the tile list.
+pub(super) fn add_expert_tiles(d: &mut Defines) {
+    d.insert("EXPERTS".into(), String::new());
+    d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
+}
+
 /// Most tiles the gather and scatter kernels take: 32 slots each on a grid axis of ≤ 65,535.
 const MOE_COOP_MAX_TILES: u32 = 65535 / MATMUL_TOKENS;
 
@@ -238,10 +245,8 @@ impl Ops {
     ) -> GpuResult<Vec<Dispatch>> {
         let rows = p.params.rows;
         let mrows = w.matrix_rows(false);
-        let d = defines(&[
-            ("EXPERTS", String::new()),
-            ("MOE_COOP_TILES", format!("{MOE_COOP_TILES}u")),
-        ]);
+        let mut d = Defines::new();
+        add_expert_tiles(&mut d);
         let decoder = [self.weight_defines(w, sel)];
         let pipe =
             self.pipelines
@@ -287,8 +292,7 @@ impl Ops {
             true => coop_tokens(&mut d, per_group, 2 * COOP_BLOCK),
             false => COOP_BLOCK,
         };
-        d.insert("EXPERTS".into(), String::new());
-        d.insert("MOE_COOP_TILES".into(), format!("{MOE_COOP_TILES}u"));
+        add_expert_tiles(&mut d);
         let product = self.pipeline("matmul_coop.wgsl", &d, "main")?;
         let defs = coop_weight_defines(self.weight_defines(w, sel));
         let decode = self.pipeline("coop_weights.wgsl", &defs, "main")?;

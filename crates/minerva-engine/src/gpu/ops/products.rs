@@ -330,6 +330,9 @@ impl Ops {
         // The router's product, which writes the norm's output, reads x itself.
         let outputs = sel.out_dim as u32 * batch.max(1);
         let int8 = self.dot_i8(&[w], false, outputs) && folds.normed.is_none();
+        // Records another kernel wrote: of x itself, or of the norm's input times its weights.
+        let normed_records = folds.norm.and_then(|n| n.records);
+        let given = folds.records.or(normed_records);
         let decoder = self.weight_defines(w, sel);
         // Packed f16 (E2M1 weights, which take no int8 x), with x staged where it fits.
         let packed = !int8 && self.takes_packed_f16(&[&decoder], folds.norm.is_some());
@@ -342,13 +345,10 @@ impl Ops {
             bias.is_some(),
             rpl,
             halves.is_some(),
-            int8,
+            int8 || given.is_some(),
             outputs,
         );
         let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
-        // Records another kernel wrote: of x itself, or of the norm's input times its weights.
-        let normed_records = folds.norm.and_then(|n| n.records);
-        let given = folds.records.or(normed_records);
         let quantized = if let Some(records) = given {
             if !self.takes_records(w)
                 || batch != 1
