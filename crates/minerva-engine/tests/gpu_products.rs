@@ -10,7 +10,7 @@ use gpu_common::weights::*;
 use gpu_common::*;
 use minerva_engine::gpu::{
     Bias, Eltwise, ExpertSel, Folds, GpuContext, GpuWeight, MatSel, MatmulTile, Multi, NormFold,
-    Ops, Region, SMALL_PRODUCT,
+    Ops, Region, LONG_ROW, SMALL_PRODUCT,
 };
 use minerva_formats::{DType, TensorData, TensorView};
 use std::sync::Arc;
@@ -554,9 +554,15 @@ fn products_fold_the_norm_and_the_residual_add() {
     let Some(ctx) = shared() else { return };
     let mut ops = Ops::new(ctx.clone());
     let mut rng = Rng::new(11);
-    // Rows sharing workgroups (as real models' products run), and a workgroup per row (as
-    // products this small run).
-    for (cols, small) in [(96usize, 0), (2336, 0), (2336, SMALL_PRODUCT)] {
+    // Rows sharing workgroups (as real models' products run), rows past `LONG_ROW` inputs (a
+    // down product's, with twice the lanes), and a workgroup per row (as products this small
+    // run).
+    for (cols, small) in [
+        (96usize, 0),
+        (2336, 0),
+        (LONG_ROW as usize + 1536, 0),
+        (2336, SMALL_PRODUCT),
+    ] {
         ops.set_small_product(small);
         let stored = [
             make(DType::Q4_0, 45, cols, &mut rng),

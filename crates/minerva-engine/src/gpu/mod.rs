@@ -31,6 +31,6 @@ pub use error::{GpuError, GpuResult};
 pub use ops::{
     moe_max_tiles, moe_tile_pairs, AttnShape, Bias, Eltwise, ExpertSel, ExpertTiles, Folds,
     KvCache, MatSel, MatmulTile, Multi, NormFold, Ops, Region, RouteIn, Step, HALVES_SHAPE,
-    IN_FLIGHT, PRODUCT_SHAPE, SCORES_BYTES, SMALL_PRODUCT,
+    IN_FLIGHT, LONG_ROW, PRODUCT_SHAPE, SCORES_BYTES, SMALL_PRODUCT,
 };
 pub use weights::GpuWeight;

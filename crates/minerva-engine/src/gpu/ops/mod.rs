@@ -350,6 +350,8 @@ pub struct Ops {
     pipelines: Arc<Pipelines>,
     /// Decode products' workgroup size and rows per workgroup.
     product_shape: (u32, u32),
+    /// ... of the gate/up products that quantize x in their own workgroups (XQ_LOCAL).
+    local_xq_shape: (u32, u32),
     /// ... of those that stage x in f16 pairs (X_HALVES).
     halves_shape: (u32, u32),
     /// Products of fewer outputs take one row per workgroup (`SMALL_PRODUCT`).
@@ -424,6 +426,21 @@ impl Drop for Ops {
 /// 29): never slower by more than noise, up to 8 % faster.
 pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
 
+/// ... for the gate/up products that quantize x in their own workgroups (XQ_LOCAL): 512
+/// threads over 16 rows (32 lanes per row), so that a quarter as many workgroups each quantize
+/// the whole of x before their rows start. On the H200 tinyllama decoded 5.6 % faster with
+/// Q4_0, 3.9 % with Q8_0 and 2.2 % with Q4_K_M than with `PRODUCT_SHAPE`; 256 × 8 gained 3 %,
+/// 1,024 × 16 and 1,024 × 32 less (benches/GPU.md, entry 117). Where subgroups are wider than
+/// 32 lanes a row takes one, and adapters that allow fewer threads per workgroup keep
+/// `PRODUCT_SHAPE`.
+pub const LOCAL_XQ_SHAPE: (u32, u32) = (512, 16);
+
+/// Inputs past which a product reading f32 x gives each row twice the lanes: a lane of
+/// tinyllama's 5,632-input down product then takes its parts in two rounds of loads instead of
+/// three, 2 % faster on Q4_0 and Q8_0 (MLX 4-bit unchanged); rows of 2,048 inputs were slower
+/// so (benches/GPU.md, entry 117).
+pub const LONG_ROW: u32 = 4096;
+
 /// ... for the products that stage x in f16 pairs (X_HALVES): 256 threads over 8 rows (32
 /// lanes per row), 5 % faster on gpt-oss's expert products than 4 rows (benches/GPU.md, entry
 /// 80).
@@ -464,6 +481,17 @@ pub const IN_FLIGHT_INT8: (u32, u32) = (4, 4);
 /// (benches/GPU.md, entry 80).
 pub const IN_FLIGHT_HALVES: (u32, u32) = (1, 2);
 
+/// `LOCAL_XQ_SHAPE` with a row's lanes at least a subgroup, where the adapter allows its
+/// threads; else `PRODUCT_SHAPE`.
+fn local_xq_shape(ctx: &GpuContext) -> (u32, u32) {
+    let (wg, rows) = LOCAL_XQ_SHAPE;
+    let lanes = (wg / rows).max(ctx.caps.subgroup_max);
+    if ctx.device.limits().max_compute_invocations_per_workgroup < wg || lanes > wg {
+        return PRODUCT_SHAPE;
+    }
+    (wg, wg / lanes)
+}
+
 /// Rows each lane of a plain decode product takes, by the product's outputs (rows × batch): its
 /// x values (and the folded norm's weights) are read once for all of them, which speeds up
 /// large products (32000 × 2048 Q4_0 by 18 % with 3) and slows small ones, whose fewer
@@ -485,6 +513,7 @@ impl Ops {
             route_in: std::env::var("MINERVA_GPU_ROUTE_IN").map_or(true, |v| v != "0"),
             pipelines: ctx.pipelines(),
             product_shape: PRODUCT_SHAPE,
+            local_xq_shape: local_xq_shape(&ctx),
             halves_shape: HALVES_SHAPE,
             small_product: SMALL_PRODUCT,
             in_flight: [

@@ -3,7 +3,7 @@
 
 use super::{
     grid2, rows_per_lane, Bias, Eltwise, ExpertSel, Folds, MatSel, MultiFlags, MultiParams,
-    NormFold, Ops, PartRange, Region, XRecords, X_HALVES_BYTES,
+    NormFold, Ops, PartRange, Region, XRecords, LONG_ROW, X_HALVES_BYTES,
 };
 use crate::gpu::error::{GpuError, GpuResult};
 use crate::gpu::pipelines::Dispatch;
@@ -173,7 +173,7 @@ impl Ops {
     /// weight load made tinyllama's q/k/v product 2.4 µs and its 5,632-input down product
     /// 9.6 µs slower on the H200 (benches/GPU.md, entry 96).
     fn glu_quantizes_locally(&self, weights: &[&GpuWeight], rows: u32, cols: u32) -> bool {
-        let room = self.staging_room(self.product_shape.0);
+        let room = self.staging_room(self.local_xq_shape.0);
         self.local_xq
             && x_parts(cols) * 32 <= XQ_LOCAL_BYTES.min(room)
             && self.glu_takes_int8(weights, true)
@@ -208,12 +208,35 @@ impl Ops {
         self.packed_f16 && !norm && decoders.iter().all(|d| d.contains_key("E2M1"))
     }
 
-    /// Workgroup shape of the decode products (`Ops::shape`), their parts in flight by what the
-    /// lanes hold (`IN_FLIGHT` and the like, for x staged in f16 pairs, E2M1 weights or int8
-    /// x), and subgroup reductions where every subgroup lies within one row's lanes.
-    fn product_defines(&self, glu: bool, x: ProductX, outputs: u32) -> Defines {
-        let halves = x == ProductX::Halves;
-        let (wg, rpw) = self.shape(halves, outputs);
+    /// The workgroup size and rows per workgroup of a decode product of `outputs` results over
+    /// inputs of `cols` values, by what its lanes hold of x: `Ops::shape`, except that gate/up
+    /// products quantizing x in their own workgroups (`local`) take `LOCAL_XQ_SHAPE`, and the
+    /// others that are not gate/up products (`glu`) and read x in f32 give rows of more than
+    /// `LONG_ROW` inputs twice the lanes.
+    fn product_shape_of(
+        &self,
+        glu: bool,
+        x: ProductX,
+        outputs: u32,
+        cols: u32,
+        local: bool,
+    ) -> (u32, u32) {
+        let (wg, rows) = self.shape(x == ProductX::Halves, outputs);
+        if rows == 1 {
+            (wg, rows)
+        } else if local {
+            self.local_xq_shape
+        } else if !glu && x == ProductX::Plain && cols > LONG_ROW {
+            (wg, rows / 2)
+        } else {
+            (wg, rows)
+        }
+    }
+
+    /// Workgroup shape `(wg, rpw)` of a decode product, its parts in flight by what the lanes
+    /// hold (`IN_FLIGHT` and the like, for x staged in f16 pairs, E2M1 weights or int8 x), and
+    /// subgroup reductions where every subgroup lies within one row's lanes.
+    fn product_defines(&self, glu: bool, x: ProductX, (wg, rpw): (u32, u32)) -> Defines {
         let tpr = wg / rpw;
         let caps = self.ctx.caps;
         let class = match x {
@@ -241,13 +264,11 @@ impl Ops {
         experts: bool,
         bias: bool,
         rpl: u32,
-        halves: bool,
-        int8: bool,
-        outputs: u32,
+        x: ProductX,
+        shape: (u32, u32),
     ) -> Defines {
-        let x = ProductX::of(halves, decoder.contains_key("E2M1"), int8);
         let mut d = decoder;
-        d.extend(self.product_defines(false, x, outputs));
+        d.extend(self.product_defines(false, x, shape));
         d.insert("RPL".into(), format!("{rpl}u"));
         if rpl > 1 {
             d.insert("MULTI_ROW".into(), String::new());
@@ -339,14 +360,19 @@ impl Ops {
         let halves = packed
             .then(|| self.x_halves_defines(sel.in_dim as u32))
             .flatten();
+        let x_held = ProductX::of(
+            halves.is_some(),
+            decoder.contains_key("E2M1"),
+            int8 || given.is_some(),
+        );
+        let shape = self.product_shape_of(false, x_held, outputs, sel.in_dim as u32, false);
         let mut d = self.matvec_defines(
             decoder,
             experts.is_some(),
             bias.is_some(),
             rpl,
-            halves.is_some(),
-            int8 || given.is_some(),
-            outputs,
+            x_held,
+            shape,
         );
         let x_div = experts.map(|e| e.x_div.max(1)).unwrap_or(1);
         let quantized = if let Some(records) = given {
@@ -412,7 +438,7 @@ impl Ops {
         } else {
             w.ranges(sel)
         };
-        let rows_per_group = self.shape(halves.is_some(), outputs).1;
+        let rows_per_group = shape.1;
         let mut out = Vec::new();
         for r in ranges {
             let part = &w.parts[r.part];
@@ -601,14 +627,15 @@ impl Ops {
             .then(|| self.x_halves_defines(flags.cols))
             .flatten();
         let x = ProductX::of(halves.is_some(), e2m1, flags.int8);
-        let mut d = self.product_defines(glu, x, flags.rows);
+        let shape = self.product_shape_of(glu, x, flags.rows, flags.cols, flags.local);
+        let mut d = self.product_defines(glu, x, shape);
         if packed {
             // The kernel (common.wgsl: f16 on) and each weight's decoder (its half parts).
             for dec in decoders.iter_mut().chain([&mut d]) {
                 dec.insert("PACKED_F16".into(), String::new());
             }
         }
-        let rows_per_group = self.shape(halves.is_some(), flags.rows).1;
+        let rows_per_group = shape.1;
         d.extend(halves.into_iter().flatten());
         let mut flag = |f: &str| d.insert(f.into(), String::new());
         match mode {
