@@ -435,7 +435,8 @@ pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
 /// `PRODUCT_SHAPE`.
 pub const LOCAL_XQ_SHAPE: (u32, u32) = (512, 16);
 
-/// Inputs past which a product reading f32 x gives each row twice the lanes: a lane of
+/// Inputs past which a product other than gate/up ones, reading x in f32 against weights other
+/// than E2M1, gives each row twice the lanes (`Ops::product_shape_of`): a lane of
 /// tinyllama's 5,632-input down product then takes its parts in two rounds of loads instead of
 /// three, 2 % faster on Q4_0 and Q8_0 (MLX 4-bit unchanged); rows of 2,048 inputs were slower
 /// so (benches/GPU.md, entry 117).
@@ -473,7 +474,9 @@ pub const IN_FLIGHT_E2M1: (u32, u32) = (1, 1);
 
 /// ... for those that take x as int8 records (DOT_I8), whose lanes hold a part's x in one vec4:
 /// a gate/up lane's four parts of a 2,048-value row in one round made tinyllama's Q4_0 and
-/// Q8_0 decode ≈ 1 % faster than two rounds of two (benches/GPU.md, entry 116).
+/// Q8_0 decode ≈ 1 % faster than two rounds of two (benches/GPU.md, entry 116). With
+/// `LOCAL_XQ_SHAPE`'s 32 lanes a row, such a lane takes its eight parts in two rounds of four:
+/// eight at once was no faster (entry 117).
 pub const IN_FLIGHT_INT8: (u32, u32) = (4, 4);
 
 /// ... for those that stage x in f16 pairs (X_HALVES), whose lanes hold no x in registers: two
@@ -486,7 +489,11 @@ pub const IN_FLIGHT_HALVES: (u32, u32) = (1, 2);
 fn local_xq_shape(ctx: &GpuContext) -> (u32, u32) {
     let (wg, rows) = LOCAL_XQ_SHAPE;
     let lanes = (wg / rows).max(ctx.caps.subgroup_max);
-    if ctx.device.limits().max_compute_invocations_per_workgroup < wg || lanes > wg {
+    let limits = ctx.device.limits();
+    if limits.max_compute_invocations_per_workgroup < wg
+        || limits.max_compute_workgroup_size_x < wg
+        || lanes > wg
+    {
         return PRODUCT_SHAPE;
     }
     (wg, wg / lanes)

@@ -210,9 +210,9 @@ impl Ops {
 
     /// The workgroup size and rows per workgroup of a decode product of `outputs` results over
     /// inputs of `cols` values, by what its lanes hold of x: `Ops::shape`, except that gate/up
-    /// products quantizing x in their own workgroups (`local`) take `LOCAL_XQ_SHAPE`, and the
-    /// others that are not gate/up products (`glu`) and read x in f32 give rows of more than
-    /// `LONG_ROW` inputs twice the lanes.
+    /// products quantizing x in their own workgroups (`local`) take `LOCAL_XQ_SHAPE`, and
+    /// products other than gate/up ones (`glu`) whose lanes read x in f32 against weights other
+    /// than E2M1 (`ProductX::Plain`) give rows of more than `LONG_ROW` inputs twice the lanes.
     fn product_shape_of(
         &self,
         glu: bool,
