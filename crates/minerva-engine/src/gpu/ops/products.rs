@@ -257,7 +257,6 @@ impl Ops {
         d
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn matvec_defines(
         &self,
         decoder: Defines,
