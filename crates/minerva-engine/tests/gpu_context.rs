@@ -3,10 +3,11 @@
 mod gpu_common;
 
 use gpu_common::*;
+use minerva_engine::gpu::context::{submit_sizes, Pieces};
 use minerva_engine::gpu::pipelines::Pipelines;
 use minerva_engine::gpu::shader::defines;
 use minerva_engine::gpu::weights::decoder_defines;
-use minerva_engine::gpu::{GpuContext, GpuError, GpuOptions, GpuWeight};
+use minerva_engine::gpu::{Eltwise, GpuContext, GpuError, GpuOptions, GpuWeight, Ops, Region};
 use minerva_formats::{DType, TensorData, TensorView};
 
 #[test]
@@ -153,4 +154,44 @@ fn staged_weights_read_back_exactly() {
     check(&all[1]);
     all.extend(second.iter().enumerate().map(|(i, &n)| upload(10 + i, n)));
     all.iter().for_each(check);
+}
+
+/// A step goes to the GPU in growing pieces (an idle GPU starts on the first while the host
+/// records the rest) or, queued behind running work, in one command buffer; either way every
+/// dispatch runs once, in order, before its read back.
+#[test]
+fn a_step_goes_in_growing_pieces_or_in_one() {
+    let Some(ctx) = device() else { return };
+    let ctx = std::sync::Arc::new(ctx);
+    let ops = Ops::new(ctx.clone());
+    let x = ctx.storage_with("x", &[1.0f32, 2.0, 3.0, 4.0]);
+    let acc = ctx.storage("acc", 16);
+    let add = ops
+        .eltwise(
+            Eltwise::Add,
+            Region::new(&x, 0, 4),
+            None,
+            Region::new(&acc, 0, 4),
+            4,
+            1,
+        )
+        .unwrap();
+    let step = vec![&add; 40];
+    let mut total = 0.0;
+    for (pieces, submits) in [(Pieces::Growing, submit_sizes(40).len()), (Pieces::One, 1)] {
+        let before = ctx.submits();
+        let read = ctx
+            .submit_and_read(&step, &[(&acc, 0, 16)], pieces)
+            .unwrap();
+        let bytes = ctx.finish_read(read).unwrap().remove(0);
+        total += 40.0;
+        let got: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+        assert_eq!(
+            got,
+            [total, 2.0 * total, 3.0 * total, 4.0 * total],
+            "{pieces:?}"
+        );
+        assert_eq!(ctx.submits() - before, submits as u64, "{pieces:?}");
+    }
+    assert!(submit_sizes(40).len() > 1);
 }

@@ -7,7 +7,7 @@
 //! every decode step replays one plan.
 
 use super::buffers::{Buf, Kv, Src};
-use super::context::{GpuContext, GpuOptions, PendingRead, StreamedSubmit};
+use super::context::{GpuContext, GpuOptions, PendingRead, Pieces, StreamedSubmit};
 use super::error::{GpuError, GpuResult};
 use super::fusion;
 use super::graph::{Graph, MoeTable, Node};
@@ -210,12 +210,12 @@ impl GpuBackend {
 
     /// Sends the recorded work and reads `reads` back in the same submit.
     fn flush_read(&mut self, reads: &[(Src, u64, u64)]) -> Result<Vec<Vec<u8>>> {
-        let read = self.flush_and_read(reads)?;
+        let read = self.flush_and_read(reads, Pieces::Growing)?;
         Ok(self.ctx.finish_read(read)?)
     }
 
     /// Sends the recorded work with copies of `reads` behind it, without waiting for them.
-    fn flush_and_read(&mut self, reads: &[(Src, u64, u64)]) -> Result<PendingRead> {
+    fn flush_and_read(&mut self, reads: &[(Src, u64, u64)], pieces: Pieces) -> Result<PendingRead> {
         let enc = self.take_step()?;
         let list: Vec<&Dispatch> = enc
             .iter()
@@ -225,7 +225,7 @@ impl GpuBackend {
         for (src, off, bytes) in reads {
             regions.push((self.src(*src)?, *off, *bytes));
         }
-        Ok(self.ctx.submit_and_read(&list, &regions)?)
+        Ok(self.ctx.submit_and_read(&list, &regions, pieces)?)
     }
 
     /// Drops the encoded plans: a buffer they bind is being replaced.
@@ -262,7 +262,12 @@ impl GpuBackend {
     /// Submits the graph (which ends with a choice into the chosen-token buffer) with the
     /// chosen id's read back behind it, without waiting: the choice stays on the device.
     fn choice_on_device(&mut self) -> Result<Choice> {
-        let read = self.flush_and_read(&[(Src::Chosen, 0, 4)])?;
+        let pieces = if self.behind_work() {
+            Pieces::One
+        } else {
+            Pieces::Growing
+        };
+        let read = self.flush_and_read(&[(Src::Chosen, 0, 4)], pieces)?;
         let n = self.next_choice;
         self.next_choice += 1;
         // Choices nobody read (a turn that ended on the token before) are dropped.
@@ -271,6 +276,14 @@ impl GpuBackend {
         }
         self.choices.push_back((n, read));
         Ok(Choice::OnDevice(n))
+    }
+
+    /// Whether the GPU is still running a step whose choice is not read yet: a step queued
+    /// behind it goes in one command buffer, since the host encodes it meanwhile.
+    fn behind_work(&self) -> bool {
+        self.choices
+            .back()
+            .is_some_and(|(_, read)| !self.ctx.is_read_done(read))
     }
 
     /// Records the `k` best of row `row` of `x` into the selection buffers.

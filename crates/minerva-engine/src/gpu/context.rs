@@ -422,18 +422,18 @@ impl GpuContext {
 
     /// Records `dispatches` and submits them (see `submit_pieces`).
     pub fn submit(&self, dispatches: &[&super::pipelines::Dispatch]) -> GpuResult<()> {
-        let (_, profiled) = self.submit_pieces(dispatches, |_| {});
+        let (_, profiled) = self.submit_pieces(dispatches, Pieces::Growing, |_| {});
         self.finish_profile(profiled);
         self.check()
     }
 
-    /// Records `dispatches` into command buffers of `submit_sizes(n)` dispatches each, one
-    /// compute pass per buffer, and submits each as soon as it is recorded: wgpu's encoding costs
-    /// the host a few µs per dispatch, and this way the GPU runs the first piece while the host
-    /// encodes the next. `last` adds commands after the last piece's pass (read-back copies).
+    /// Records `dispatches` into command buffers, one compute pass per buffer, and submits each
+    /// as soon as it is recorded (`Pieces` says how many). `last` adds commands after the last
+    /// piece's pass (read-back copies).
     fn submit_pieces(
         &self,
         dispatches: &[&super::pipelines::Dispatch],
+        pieces: Pieces,
         last: impl FnOnce(&mut wgpu::CommandEncoder),
     ) -> (wgpu::SubmissionIndex, Vec<super::profile::Pending>) {
         // Weights still staged are copied before anything that may read them.
@@ -442,7 +442,11 @@ impl GpuContext {
         let mut submission = None;
         let mut last = Some(last);
         let mut at = 0;
-        for size in submit_sizes(dispatches.len()) {
+        let sizes = match pieces {
+            Pieces::Growing => submit_sizes(dispatches.len()),
+            Pieces::One => vec![dispatches.len()],
+        };
+        for size in sizes {
             let mut enc = self
                 .device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -507,7 +511,7 @@ impl GpuContext {
         dispatches: &[&super::pipelines::Dispatch],
         reads: &[(&wgpu::Buffer, u64, u64)],
     ) -> GpuResult<Vec<Vec<u8>>> {
-        let pending = self.submit_and_read(dispatches, reads)?;
+        let pending = self.submit_and_read(dispatches, reads, Pieces::Growing)?;
         self.finish_read(pending)
     }
 
@@ -517,6 +521,7 @@ impl GpuContext {
         &self,
         dispatches: &[&super::pipelines::Dispatch],
         reads: &[(&wgpu::Buffer, u64, u64)],
+        pieces: Pieces,
     ) -> GpuResult<PendingRead> {
         let padded: Vec<u64> = reads.iter().map(|r| r.2.div_ceil(4).max(1) * 4).collect();
         let total: u64 = padded.iter().sum();
@@ -527,7 +532,7 @@ impl GpuContext {
             mapped_at_creation: false,
         });
         let started = std::time::Instant::now();
-        let (submission, profiled) = self.submit_pieces(dispatches, |enc| {
+        let (submission, profiled) = self.submit_pieces(dispatches, pieces, |enc| {
             let mut at = 0;
             for ((buf, offset, _), size) in reads.iter().zip(&padded) {
                 enc.copy_buffer_to_buffer(buf, *offset, &staging, at, *size);
@@ -550,6 +555,15 @@ impl GpuContext {
             dispatches: dispatches.len(),
             encode: started.elapsed(),
         })
+    }
+
+    /// Whether a read's submission has finished (its bytes are mapped), without waiting.
+    pub fn is_read_done(&self, read: &PendingRead) -> bool {
+        let _ = self.device.poll(wgpu::PollType::Poll);
+        read.mapped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     /// Waits for a read's submission (not for work queued after it) and returns its bytes.
@@ -631,6 +645,19 @@ pub struct PendingRead {
     dispatches: usize,
     /// Host time spent recording and submitting.
     encode: std::time::Duration,
+}
+
+/// How a step's dispatches go to the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pieces {
+    /// In command buffers of `submit_sizes(n)` dispatches, each submitted once recorded: wgpu's
+    /// encoding costs the host a few µs per dispatch, and an idle GPU runs the first piece
+    /// while the host encodes the next.
+    Growing,
+    /// In one command buffer, for a step queued behind work that the GPU is still running,
+    /// which hides the host's encoding: each further command buffer costs the GPU ≈ 20 µs
+    /// (H200).
+    One,
 }
 
 /// Dispatches in a step's first command buffer: few, so that the GPU starts early.
