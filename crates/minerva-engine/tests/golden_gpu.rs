@@ -4,46 +4,16 @@
 //! two tests hold GPU devices at once (`TestSlot`).
 
 mod golden_common;
+mod gpu_common;
 
 use golden_common::{check_on, prefill_agrees_with_decoding, TOL};
+use gpu_common::TestSlot;
 use minerva_engine::gpu::{GpuBackend, GpuError, GpuOptions};
 use minerva_engine::model::DEFAULT_MAX_BATCH;
 use minerva_formats::RopeScaling;
-use std::sync::{Condvar, Mutex};
 
 /// Logit tolerance with the f16 KV cache.
 const TOL_F16_KV: f32 = 2e-2;
-
-/// Tests that may hold GPU devices at once. With one device per test, 22 at once, NVIDIA's
-/// driver (580.159) stalled the suite in most runs: a thread of the driver's spinning while
-/// every test waited on a lock (benches/GPU.md, entry 83). Two at a time also ran the suite
-/// faster there (3.2 s against 6).
-const TESTS_AT_ONCE: usize = 2;
-
-static RUNNING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
-
-/// A test's turn at the GPU, for as long as it is held.
-struct TestSlot;
-
-impl TestSlot {
-    fn take() -> TestSlot {
-        let (count, freed) = &RUNNING;
-        let mut n = count.lock().unwrap_or_else(|p| p.into_inner());
-        while *n >= TESTS_AT_ONCE {
-            n = freed.wait(n).unwrap_or_else(|p| p.into_inner());
-        }
-        *n += 1;
-        TestSlot
-    }
-}
-
-impl Drop for TestSlot {
-    fn drop(&mut self) {
-        let (count, freed) = &RUNNING;
-        *count.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-        freed.notify_one();
-    }
-}
 
 /// A GPU backend, or None after saying why (a failure when CI is set).
 fn gpu(kv_f32: bool) -> Option<GpuBackend> {

@@ -1,4 +1,5 @@
 //! The GPU device: adapter choice by name, and device errors surfacing as `GpuError` values.
+//! Each test makes its own device; at most two at once (`TestSlot`).
 
 mod gpu_common;
 
@@ -12,6 +13,7 @@ use minerva_formats::{DType, TensorData, TensorView};
 
 #[test]
 fn an_adapter_name_that_matches_nothing_is_an_error() {
+    let _turn = TestSlot::take();
     if device().is_none() {
         return;
     }
@@ -28,6 +30,7 @@ fn an_adapter_name_that_matches_nothing_is_an_error() {
 
 #[test]
 fn validation_errors_become_values() {
+    let _turn = TestSlot::take();
     let Some(ctx) = device() else { return };
     // A copy past the end of a buffer: wgpu reports it to the device's error handler.
     let a = ctx.storage("a", 16);
@@ -47,6 +50,7 @@ fn validation_errors_become_values() {
 
 #[test]
 fn upload_rejects_mismatched_sizes_and_unknown_dtypes() {
+    let _turn = TestSlot::take();
     let Some(ctx) = device() else { return };
     let bytes = vec![0u8; 18 * 3];
     let short = TensorView {
@@ -73,6 +77,7 @@ fn upload_rejects_mismatched_sizes_and_unknown_dtypes() {
 
 #[test]
 fn weight_memory_is_the_stored_size() {
+    let _turn = TestSlot::take();
     let Some(ctx) = device() else { return };
     let mut rng = Rng::new(4);
     let row = rng.vec(64 * 10);
@@ -90,6 +95,7 @@ fn weight_memory_is_the_stored_size() {
 
 #[test]
 fn pipelines_built_ahead_keep_their_errors_to_themselves() {
+    let _turn = TestSlot::take();
     let Some(ctx) = device() else { return };
     let pipelines = Pipelines::default();
     // A decoder file without its dtype flag does not compile (no BLOCK_BYTES).
@@ -119,6 +125,7 @@ fn pipelines_built_ahead_keep_their_errors_to_themselves() {
 /// buffer's size.
 #[test]
 fn staged_weights_read_back_exactly() {
+    let _turn = TestSlot::take();
     let Some(ctx) = device() else { return };
     let mut rng = Rng::new(11);
     let mut upload = |i: usize, n: usize| {
@@ -161,6 +168,7 @@ fn staged_weights_read_back_exactly() {
 /// dispatch runs once, in order, before its read back.
 #[test]
 fn a_step_goes_in_growing_pieces_or_in_one() {
+    let _turn = TestSlot::take();
     let Some(ctx) = device() else { return };
     let ctx = std::sync::Arc::new(ctx);
     let ops = Ops::new(ctx.clone());
