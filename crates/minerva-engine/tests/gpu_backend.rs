@@ -140,13 +140,21 @@ fn greedy_choices_stay_on_the_device_until_read() {
     let Some(b) = backend_with(&exact) else {
         return;
     };
+    let ctx = b.context().clone();
     let mut model = llama(Box::new(b));
     let mut cache = model.new_cache(64).unwrap();
     model.prefill(&mut cache, &PROMPT).unwrap();
     let first = model.choose_greedy().unwrap();
     assert!(matches!(first, Choice::OnDevice(_)), "{first:?}");
     // The step of the first token is queued before the token is known, and makes the second.
+    // The kernel that chose the token moved the step uniform on: the host writes nothing.
+    let writes = ctx.step_writes();
     model.decode_choice(&mut cache, first).unwrap();
+    assert_eq!(
+        ctx.step_writes(),
+        writes,
+        "a decode step behind a device choice"
+    );
     assert_eq!(cache.tokens().last(), Some(&UNREAD));
     let second = model.choose_greedy().unwrap();
     let a = model.read_choice(&mut cache, first).unwrap();

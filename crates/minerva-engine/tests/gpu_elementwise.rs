@@ -281,13 +281,35 @@ fn argmax_and_top_k() {
         let counters = ctx.storage("counters", rows as u64 * 4);
         let what = format!("{rows} rows of {n}");
         let d = ops
-            .argmax(&lb, 0, n as u32, rows as u32, &ib, &lists, &counters)
+            .argmax(&lb, 0, n as u32, rows as u32, &ib, &lists, &counters, None)
             .unwrap();
         run(&ctx, &[&d]);
         let ids = ctx.read_u32(&ib, 0, rows).unwrap();
         let orders: Vec<Vec<usize>> = logits.chunks(n).map(cpu_order).collect();
         for r in 0..rows {
             assert_eq!(ids[r] as usize, orders[r][0], "argmax {what}: row {r}");
+        }
+        // A token chosen for the next step moves the step on to that token's: after a step of
+        // 7 tokens from position 40, one token at 47.
+        let step = ctx.storage_with("step", &[Step::new(40, 7)]);
+        let moving = ops.argmax(
+            &lb,
+            0,
+            n as u32,
+            rows as u32,
+            &ib,
+            &lists,
+            &counters,
+            Some(&step),
+        );
+        if rows == 1 {
+            run(&ctx, &[&moving.unwrap()]);
+            let id = ctx.read_u32(&ib, 0, 1).unwrap()[0] as usize;
+            assert_eq!(id, orders[0][0], "argmax {what}, moving the step on");
+            let moved = ctx.read_u32(&step, 0, 2).unwrap();
+            assert_eq!(moved, [47, 1], "{what}: the step after the choice");
+        } else {
+            assert!(moving.is_err(), "{what}: one step moved on by {rows} rows");
         }
         let d = ops
             .top_k(

@@ -46,8 +46,10 @@ pub struct GpuBackend {
     pub(super) bufs: Vec<Buf>,
     pub(super) kvs: Vec<Option<Kv>>,
     pub(super) moes: MoeTable,
+    /// The step uniform, and what it will hold once the work recorded so far has run (`None`:
+    /// not known, the next step writes it).
     pub(super) step: wgpu::Buffer,
-    step_now: Option<(usize, usize)>,
+    step_now: Option<Step>,
     /// The graph reads the step uniform / the token ids: rewriting them must submit it first.
     step_users: bool,
     ids_users: bool,
@@ -87,7 +89,8 @@ fn bad(what: String) -> EngineError {
 impl GpuBackend {
     pub fn new(opts: &GpuOptions) -> GpuResult<GpuBackend> {
         let ctx = Arc::new(GpuContext::new(opts)?);
-        let step = ctx.uniform("step", &Step::default());
+        // Zeros, `Step::default()`; a storage buffer too, for the kernels that move it on.
+        let step = ctx.storage_uniform("step", std::mem::size_of::<Step>() as u64);
         let ids = ctx.storage("token ids", 4 * 64);
         let chosen = ctx.storage("chosen token", 4);
         let sample_params = ctx.uniform("sample params", &SampleParams::default());
@@ -103,7 +106,7 @@ impl GpuBackend {
             kvs: Vec::new(),
             moes: MoeTable::default(),
             step,
-            step_now: None,
+            step_now: Some(Step::default()),
             step_users: false,
             ids_users: false,
             ids,
@@ -163,8 +166,10 @@ impl GpuBackend {
                 let per = match per {
                     Ok(per) => per,
                     Err(e) => {
-                        // The step cannot run; the next starts from an empty graph.
+                        // The step cannot run; the next starts from an empty graph and writes
+                        // the step uniform, which this one may have been meant to move on.
                         self.graph.nodes.clear();
+                        self.step_now = None;
                         return Err(e);
                     }
                 };
@@ -234,25 +239,28 @@ impl GpuBackend {
     }
 
     /// Makes the step uniform say (pos, n), submitting work recorded for another step first.
+    /// A decode step after a token chosen on the device finds it so already (`step_moves_on`).
     fn set_step(&mut self, pos: usize, n: usize) -> Result<()> {
-        if self.step_now != Some((pos, n)) {
-            // Queue writes land before the next submit: the graph's readers of the old value go
-            // first.
+        let s = Step::new(pos, n);
+        if self.step_now != Some(s) {
+            // Queue writes land before the next submit: the graph's readers (and movers) of the
+            // old value go first.
             if self.step_users {
                 self.flush()?;
             }
-            let s = Step {
-                pos0: pos as u32,
-                tokens: n as u32,
-                _pad: [0; 2],
-            };
             self.ctx
-                .queue
-                .write_buffer(&self.step, 0, bytemuck::bytes_of(&s));
-            self.step_now = Some((pos, n));
+                .write_step_input(&self.step, bytemuck::bytes_of(&s));
+            self.step_now = Some(s);
         }
         self.step_users = true;
         Ok(())
+    }
+
+    /// A kernel recorded to choose a token on the device also moves the step uniform on to
+    /// the next token's (`Step::advanced`).
+    fn step_moves_on(&mut self) {
+        self.step_now = self.step_now.map(Step::advanced);
+        self.step_users = true;
     }
 
     fn push(&mut self, node: Node) {
@@ -306,6 +314,7 @@ impl GpuBackend {
         self.scratch("select lists", select_scratch_len(cols as u32, 1, 1) * 4);
         self.scratch("counters", 4);
         self.push(Node::Argmax { x, row });
+        self.step_moves_on();
         Ok(())
     }
 }
@@ -429,8 +438,7 @@ impl Backend for GpuBackend {
             self.forget_dispatches();
         }
         self.ctx
-            .queue
-            .write_buffer(&self.ids, 0, bytemuck::cast_slice(ids));
+            .write_step_input(&self.ids, bytemuck::cast_slice(ids));
         self.push(Node::Embed { table, out, n });
         Ok(())
     }
@@ -656,10 +664,11 @@ impl Backend for GpuBackend {
             with_chosen: s.with_chosen as u32,
             _pad: 0,
         };
-        let q = &self.ctx.queue;
-        q.write_buffer(&self.sample_params, 0, bytemuck::bytes_of(&params));
+        self.ctx
+            .write_step_input(&self.sample_params, bytemuck::bytes_of(&params));
         if !s.penalized.is_empty() {
-            q.write_buffer(&self.pen_ids, 0, bytemuck::cast_slice(s.penalized));
+            self.ctx
+                .write_step_input(&self.pen_ids, bytemuck::cast_slice(s.penalized));
         }
         self.sample_users = true;
         if s.penalty != 1.0 {
@@ -667,6 +676,7 @@ impl Backend for GpuBackend {
         }
         self.record_top_k(x, row, k);
         self.push(Node::Sample { x, row, k });
+        self.step_moves_on();
         self.choice_on_device().map(Some)
     }
 

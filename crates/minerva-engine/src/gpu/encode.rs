@@ -254,6 +254,7 @@ impl GpuBackend {
                     &self.chosen,
                     self.src(Src::Scratch("select lists"))?,
                     self.src(Src::Scratch("counters"))?,
+                    Some(&self.step),
                 )?]
             }
             Node::Penalize { x, .. } => vec![self.ops.sample_penalize(
@@ -268,6 +269,7 @@ impl GpuBackend {
                 &self.chosen,
                 self.src(Src::Scratch("selected ids"))?,
                 self.src(Src::Scratch("selected values"))?,
+                &self.step,
             )?],
             Node::TopK { x, row, k } => {
                 let cols = self.buf(x)?.cols;

@@ -27,6 +27,8 @@ struct Params {
 @group(0) @binding(3) var<storage, read> pen_ids: array<u32>;
 @group(0) @binding(4) var<storage, read> cand_ids: array<u32>;
 @group(0) @binding(5) var<storage, read> cand_vals: array<f32>;
+// The step, which `pick` moves on as select.wgsl's ADVANCE does.
+@group(0) @binding(6) var<storage, read_write> step_rw: array<u32>;
 
 const WG: u32 = 256u;
 var<workgroup> partial: array<f32, WG>;
@@ -148,4 +150,6 @@ fn pick(@builtin(local_invocation_id) lid3: vec3<u32>) {
         }
     }
     chosen[0] = drawn;
+    step_rw[0] += step_rw[1];
+    step_rw[1] = 1u;
 }

@@ -10,6 +10,9 @@
 // the best k and takes the next window of entries in behind them; the merge first drops every
 // entry ranked after a bound that the row's k-th best cannot be ranked after (from the lists'
 // entries at one position), so that it rarely sorts more than a few hundred.
+// ADVANCE (argmax of one row: a token chosen for the next step): the merging workgroup also moves
+// the step on (pos0 += tokens, tokens = 1), so that the host need not write it before a decode
+// step queued behind this one (`Step` in ops/mod.rs).
 struct Params {
     n: u32,
     rows: u32,
@@ -30,6 +33,9 @@ struct Params {
 // [rows][blocks][kept] entries of (value bits, index).
 @group(0) @binding(4) var<storage, read_write> partial: array<atomic<u32>>;
 @group(0) @binding(5) var<storage, read_write> counters: array<atomic<u32>>;
+#ifdef ADVANCE
+@group(0) @binding(6) var<storage, read_write> step_rw: array<u32>;
+#endif
 
 const WG: u32 = 256u;
 const LISTS: u32 = 4u;
@@ -331,5 +337,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
     }
+#ifdef ADVANCE
+    if (lid == 0u) {
+        step_rw[0] += step_rw[1];
+        step_rw[1] = 1u;
+    }
+#endif
 #endif
 }

@@ -41,13 +41,31 @@ pub use moe_coop::{EXPERT_CHUNK_BYTES, MOE_COOP_TILES};
 pub use products::Multi;
 pub use select::{select_scratch_len, SampleParams};
 
-/// Per-step values every kernel may read, written once per step.
+/// Per-step values every kernel may read: the host writes them for a step that needs new
+/// ones, and a kernel choosing a token on the device moves them on to the next token's
+/// (`advanced`), so that a decode step queued behind it needs no write.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable, Default)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable, Default, PartialEq, Eq)]
 pub struct Step {
     pub pos0: u32,
     pub tokens: u32,
     pub _pad: [u32; 2],
+}
+
+impl Step {
+    pub fn new(pos0: usize, tokens: usize) -> Step {
+        Step {
+            pos0: pos0 as u32,
+            tokens: tokens as u32,
+            _pad: [0; 2],
+        }
+    }
+
+    /// The step after a token chosen in this one: the one-token step at the position after
+    /// this step's tokens (what select.wgsl's ADVANCE and sample.wgsl's `pick` write).
+    pub fn advanced(self) -> Step {
+        Step::new(self.pos0 as usize + self.tokens as usize, 1)
+    }
 }
 
 /// Splits `n` workgroups over x and y (each ≤ 65535).

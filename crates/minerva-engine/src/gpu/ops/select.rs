@@ -2,7 +2,7 @@
 //! top-k candidates (sample.wgsl).
 
 use super::Ops;
-use crate::gpu::error::GpuResult;
+use crate::gpu::error::{GpuError, GpuResult};
 use crate::gpu::pipelines::Dispatch;
 use crate::gpu::shader::{defines, Defines};
 use bytemuck::{Pod, Zeroable};
@@ -54,7 +54,8 @@ struct SelectParams {
 impl Ops {
     /// The index of the largest value of each of `rows` rows of n values → ids[row] (ties:
     /// the lowest index). `scratch` holds `select_scratch_len(n, rows, 1)` words, `counters`
-    /// one zero u32 per row (left zero).
+    /// one zero u32 per row (left zero). With `advance` (the step, one row) the kernel also
+    /// moves the step on to the next token's (`Step::advanced`).
     #[allow(clippy::too_many_arguments)]
     pub fn argmax(
         &self,
@@ -65,15 +66,23 @@ impl Ops {
         ids: &wgpu::Buffer,
         scratch: &wgpu::Buffer,
         counters: &wgpu::Buffer,
+        advance: Option<&wgpu::Buffer>,
     ) -> GpuResult<Dispatch> {
-        let pipe = self.pipeline("select.wgsl", &Defines::new(), "main")?;
         let params = Self::select_params(n, rows, 1, offset);
         let ub = self.ctx.params("argmax params", &params);
-        Ok(self.dispatch(
-            pipe,
-            &[(0, &ub), (1, logits), (2, ids), (4, scratch), (5, counters)],
-            [params.blocks, rows, 1],
-        ))
+        let mut entries = vec![(0, &ub), (1, logits), (2, ids), (4, scratch), (5, counters)];
+        let mut d = Defines::new();
+        if let Some(step) = advance {
+            if rows != 1 {
+                return Err(GpuError::Validation(format!(
+                    "argmax moving the step on over {rows} rows"
+                )));
+            }
+            d.insert("ADVANCE".into(), String::new());
+            entries.push((6, step));
+        }
+        let pipe = self.pipeline("select.wgsl", &d, "main")?;
+        Ok(self.dispatch(pipe, &entries, [params.blocks, rows, 1]))
     }
 
     /// The k largest values of each row with their indices, best first (ties: the lower index
@@ -160,7 +169,8 @@ impl Ops {
         ))
     }
 
-    /// A draw from the top-k candidates (`top_k` wrote them) as `params` says → chosen[0].
+    /// A draw from the top-k candidates (`top_k` wrote them) as `params` says → chosen[0],
+    /// moving `step` on to the next token's (`Step::advanced`).
     pub fn sample_pick(
         &self,
         params: &wgpu::Buffer,
@@ -168,6 +178,7 @@ impl Ops {
         chosen: &wgpu::Buffer,
         cand_ids: &wgpu::Buffer,
         cand_vals: &wgpu::Buffer,
+        step: &wgpu::Buffer,
     ) -> GpuResult<Dispatch> {
         let pipe = self.pipeline("sample.wgsl", &Defines::new(), "pick")?;
         Ok(self.dispatch(
@@ -178,6 +189,7 @@ impl Ops {
                 (2, chosen),
                 (4, cand_ids),
                 (5, cand_vals),
+                (6, step),
             ],
             [1, 1, 1],
         ))
