@@ -50,7 +50,8 @@ pub struct GpuBackend {
     /// not known, the next step writes it).
     pub(super) step: wgpu::Buffer,
     step_now: Option<Step>,
-    /// The graph reads the step uniform / the token ids: rewriting them must submit it first.
+    /// The graph reads (or moves on) the step uniform / reads the token ids: rewriting them
+    /// must submit it first.
     step_users: bool,
     ids_users: bool,
     pub(super) ids: wgpu::Buffer,

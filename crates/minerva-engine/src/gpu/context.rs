@@ -226,7 +226,7 @@ impl GpuContext {
 
     /// Writes a step's input (the step uniform, token ids, sampling settings) through the
     /// queue: it lands before the next submit. Each write costs the GPU a copy and its
-    /// barriers in front of that submit (≈ 1 % of a small model's decode step on an H200).
+    /// barriers in front of that submit (≈ 6 µs on an H200, benches/GPU.md entry 119).
     pub fn write_step_input(&self, buf: &wgpu::Buffer, bytes: &[u8]) {
         self.queue.write_buffer(buf, 0, bytes);
         self.step_writes.fetch_add(1, Ordering::Relaxed);
@@ -670,8 +670,8 @@ pub enum Pieces {
     /// while the host encodes the next.
     Growing,
     /// In one command buffer, for a step queued behind work that the GPU is still running,
-    /// which hides the host's encoding: each further command buffer costs the GPU ≈ 20 µs
-    /// (H200).
+    /// which hides the host's encoding: in pieces, each further command buffer made such a
+    /// step ≈ 20 µs longer (H200, benches/GPU.md entry 118).
     One,
 }
 

@@ -190,9 +190,9 @@ pub fn dequant_mlx_affine(
 
 /// Tests of one binary that may hold GPU devices of their own at once. With one device per
 /// test, 22 at once, NVIDIA's driver (580.159) stalled the golden suite in most runs (and
-/// gpu_context's 7 in some): a thread of the driver's spinning while
-/// every test waited on a lock (benches/GPU.md, entry 83). Two at a time also ran the suite
-/// faster there (3.2 s against 6).
+/// gpu_context's 7 in some): a thread of the driver's spinning while every test waited on a
+/// lock (benches/GPU.md, entry 83). Two at a time also ran the suite faster there (3.2 s
+/// against 6).
 const TESTS_AT_ONCE: usize = 2;
 
 static RUNNING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
