@@ -197,7 +197,9 @@ impl Model {
             att: b.alloc(mb, q_dim)?,
             gate: b.alloc(mb, ffn)?,
             up: b.alloc(mb, ffn)?,
-            act: b.alloc(mb, ffn)?,
+            // Only the down product reads it, in the step that wrote it: the GPU may hand it
+            // over as int8 records instead.
+            act: b.alloc_step_local(mb, ffn)?,
             moe_out: b.alloc(mb, hidden)?,
             last: b.alloc(1, hidden)?,
             last_norm: b.alloc_step_local(1, hidden)?,

@@ -647,3 +647,130 @@ fn gate_up_products_quantize_x_in_their_own_workgroups() {
         assert!(labels[0].starts_with("quantize_x"), "{what}: {labels:?}");
     }
 }
+
+/// A gate/up product that writes its results as int8 records (XQ_OUT) and the down product
+/// reading them (`Folds::records`) with the residual add: each record against the exact
+/// activation (parts of 8 values, vec4s j and j + 4 of a unit, whose rows each workgroup
+/// holds), and the down product against the CPU, within the activation's error and its
+/// quantization. 5,632 inputs give the down product's rows twice the lanes (LONG_ROW).
+#[test]
+fn gate_up_products_write_int8_records_for_the_down_product() {
+    let Some(ctx) = shared() else { return };
+    let mut ops = Ops::new(ctx.clone());
+    ops.set_int8_products(true);
+    ops.set_local_xq(true);
+    let mut rng = Rng::new(31);
+    for (dtype, hidden, ffn) in [
+        (DType::Q4_0, 96usize, 160usize),
+        (DType::Q8_0, 64, 352),
+        (DType::Q6_K, 256, 512),
+        (DType::Q4_0, 64, 5632),
+    ] {
+        let what = format!("{} {hidden} → {ffn} → {hidden}", dtype.name());
+        let gate = make(dtype, ffn, hidden, &mut rng);
+        let up = make(dtype, ffn, hidden, &mut rng);
+        let down = make(dtype, hidden, ffn, &mut rng);
+        let (refs, ws) = references_and_uploads(&ctx, &[gate, up, down]);
+        let x = x_with_zero_unit(hidden, &mut rng);
+        let eps = 1e-5;
+        let (gb, normed) = norm_weights(&ctx, &x, 2, eps, &mut rng);
+        let xb = ctx.storage_with("x", &x);
+        let norm = NormFold {
+            buf: &gb,
+            offset: 2,
+            eps,
+            records: None,
+        };
+        let gate_up = [&ws[0], &ws[1]];
+        assert!(ops.glu_writes_records(&gate_up, true), "{what}");
+        let records = ops.glu_records(ffn as u32);
+        let xr = Region::new(&xb, 0, 0);
+        let mut d = ops
+            .gate_up_records(&gate_up, xr, Eltwise::SwiGlu, Some(norm), &records)
+            .unwrap();
+        let resid0 = rng.vec(hidden);
+        let rb = ctx.storage_with("residual", &resid0);
+        let yb = ctx.storage("y", (hidden * 4) as u64);
+        let folds = Folds {
+            norm: None,
+            residual: Some(&rb),
+            normed: None,
+            records: Some(&records),
+        };
+        let w = &ws[2];
+        let (hr, yr) = (Region::new(&xb, 0, ffn as u32), Region::new(&yb, 0, hidden as u32));
+        d.extend(
+            ops.matvec(w, &MatSel::whole(w), hr, yr, 1, None, None, folds)
+                .unwrap(),
+        );
+        let labels: Vec<String> = d.iter().map(|d| d.label.to_string()).collect();
+        assert_eq!(labels.len(), 2, "{what}: no quantizing dispatch: {labels:?}");
+        assert!(labels.iter().all(|l| l.ends_with(" int8")), "{what}: {labels:?}");
+        ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
+
+        // The activation on the CPU, and what its int8 products may differ by (as in
+        // gate_up_products_quantize_x_in_their_own_workgroups).
+        let (gt, gmag) = cpu_matmul(&refs[0], &normed, ffn, hidden, 1);
+        let gbound = int8_bounds(&refs[0], &normed, ffn, hidden);
+        let (ut, umag) = cpu_matmul(&refs[1], &normed, ffn, hidden, 1);
+        let ubound = int8_bounds(&refs[1], &normed, ffn, hidden);
+        let h: Vec<f32> = (0..ffn)
+            .map(|r| glu_reference(Eltwise::SwiGlu, gt[r], ut[r]))
+            .collect();
+        let h_tol: Vec<f32> = (0..ffn)
+            .map(|r| {
+                1.23 * gbound[r] * (ut[r].abs() + 1.0 + ubound[r])
+                    + (gt[r].abs() + gbound[r]) * ubound[r]
+                    + 1e-4 * (1.0 + gmag[r]) * (1.0 + umag[r])
+            })
+            .collect();
+
+        // Each record: v = scale · (coarse + fine / 254) within its step's s / 508 of the
+        // value, and its sum the sum of its terms.
+        let parts = ffn / 8;
+        let words = ctx
+            .read_u32(records.buffer(), 0, 4 * (parts + parts / 2))
+            .unwrap();
+        let bytes = |w: u32| w.to_le_bytes().map(|b| b as i8 as f32);
+        for p in 0..parts {
+            let q = &words[4 * p..4 * p + 4];
+            let at = 4 * (records.scales() as usize + p / 2) + 2 * (p % 2);
+            let (scale, sum) = (f32::from_bits(words[at]), f32::from_bits(words[at + 1]));
+            let (unit, j) = (p / 4, p % 4);
+            let mut terms = 0.0;
+            for k in 0..8 {
+                let (coarse, fine) = if k < 4 {
+                    (bytes(q[0])[k], bytes(q[2])[k])
+                } else {
+                    (bytes(q[1])[k - 4], bytes(q[3])[k - 4])
+                };
+                terms += coarse + fine / 254.0;
+                let c = 32 * unit + 4 * j + k % 4 + 16 * (k / 4);
+                let got = scale * (coarse + fine / 254.0);
+                let tol = h_tol[c] + 1.05 * scale / 508.0 + 1e-6;
+                assert!(
+                    (got - h[c]).abs() <= tol,
+                    "{what}: part {p} value {k} (row {c}) is {got}, expected {} within {tol}",
+                    h[c]
+                );
+            }
+            assert!((terms - sum).abs() <= 1e-3, "{what}: part {p}: sum {sum} vs {terms}");
+        }
+
+        // The down product over the records, added into the residual stream.
+        let got = ctx.read_f32(&rb, 0, hidden).unwrap();
+        let (y, mag) = cpu_matmul(&refs[2], &h, hidden, ffn, 1);
+        let h_bound: Vec<f32> = (0..ffn).map(|c| h[c].abs() + h_tol[c]).collect();
+        let qbound = int8_bounds(&refs[2], &h_bound, hidden, ffn);
+        for r in 0..hidden {
+            let want = resid0[r] + y[r];
+            let moved: f32 = (0..ffn).map(|c| refs[2][r * ffn + c].abs() * h_tol[c]).sum();
+            let tol = moved + qbound[r] + 2e-5 * (1.0 + mag[r] + resid0[r].abs());
+            assert!(
+                (got[r] - want).abs() <= tol,
+                "{what}: output {r} is {}, expected {want} within {tol}",
+                got[r]
+            );
+        }
+    }
+}

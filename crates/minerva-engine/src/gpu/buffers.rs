@@ -316,6 +316,13 @@ impl Facts for GpuBackend {
         }
     }
 
+    fn glu_records(&self, gate: WeightId, up: WeightId, norm: bool) -> bool {
+        match (self.weight(gate), self.weight(up)) {
+            (Ok(g), Ok(u)) => self.ops.glu_writes_records(&[g, u], norm),
+            _ => false,
+        }
+    }
+
     fn folds_rope(&self, p: &AttnParams, kv: KvId, rot_dim: usize) -> bool {
         self.attn_shape(kv, p)
             .is_ok_and(|s| self.ops.folds_rope(&s, rot_dim as u32, p.n as u32))

@@ -74,10 +74,20 @@ impl GpuBackend {
                     glu,
                     norm,
                     records: from,
+                    records_out,
                 } => {
                     let norm = norm.map(|n| fold(&g.nodes[n]));
+                    let writes = match (records_out, &g.nodes[*gate]) {
+                        (true, Node::Product { lin, .. }) => {
+                            let rows = self.weight(lin.w.weight)?.rows as u32;
+                            let r = self.ops.glu_records(rows);
+                            records.insert(at, r.clone());
+                            Some(r)
+                        }
+                        _ => None,
+                    };
                     let recs = from.and_then(|r| records.get(&r));
-                    self.gate_up_act(g, [*gate, *up, *glu], norm, recs)?
+                    self.gate_up_act(g, [*gate, *up, *glu], norm, recs, writes.as_ref())?
                 }
                 Kernel::RopePair { q, k } => vec![self.rope(&g.nodes[*q], Some(&g.nodes[*k]))?],
                 Kernel::Attention {
@@ -446,12 +456,15 @@ impl GpuBackend {
         )?)
     }
 
+    /// The gate/up/activation product; with `writes` its results go out as those int8
+    /// records instead of into the glu's output.
     fn gate_up_act(
         &self,
         g: &Graph,
         [gate, up, glu]: [usize; 3],
         norm: Option<Fold>,
         records: Option<&XRecords>,
+        writes: Option<&XRecords>,
     ) -> Result<Vec<Dispatch>> {
         let (
             Node::Product { x, lin: lg, .. },
@@ -463,20 +476,27 @@ impl GpuBackend {
         };
         let ws = [self.weight(lg.w.weight)?, self.weight(lu.w.weight)?];
         let input = norm.map(|f| f.x).unwrap_or(*x);
-        Ok(self.ops.matvec_multi(
-            &ws,
-            Region::new(&self.buf(input)?.buf, 0, 0),
-            &[&self.buf(*out)?.buf],
-            Multi::Glu(glu_op(*act)),
-            match &norm {
-                Some(f) => Some(NormFold {
-                    records,
-                    ..self.norm_fold(f)?
-                }),
-                None => None,
-            },
-            &[],
-        )?)
+        let xr = Region::new(&self.buf(input)?.buf, 0, 0);
+        let norm = match &norm {
+            Some(f) => Some(NormFold {
+                records,
+                ..self.norm_fold(f)?
+            }),
+            None => None,
+        };
+        Ok(match writes {
+            Some(r) => self
+                .ops
+                .gate_up_records(&ws, xr, glu_op(*act), norm, r)?,
+            None => self.ops.matvec_multi(
+                &ws,
+                xr,
+                &[&self.buf(*out)?.buf],
+                Multi::Glu(glu_op(*act)),
+                norm,
+                &[],
+            )?,
+        })
     }
 
     /// RoPE of one buffer, or of q and k with the same rotation in one dispatch.

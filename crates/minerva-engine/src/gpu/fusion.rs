@@ -29,6 +29,9 @@ pub trait Facts {
     fn takes_records(&self, w: WeightId) -> bool;
     /// Whether a gate/up/activation product over these weights takes int8 x.
     fn glu_int8(&self, gate: WeightId, up: WeightId, norm: bool) -> bool;
+    /// Whether a gate/up/activation product over these weights can write its results as int8
+    /// records.
+    fn glu_records(&self, gate: WeightId, up: WeightId, norm: bool) -> bool;
     /// Whether the decode attention of `p` over cache `kv` takes RoPE of `rot_dim` dims in.
     fn folds_rope(&self, p: &AttnParams, kv: KvId, rot_dim: usize) -> bool;
     /// Whether the decode attention of `p` over cache `kv` can write its output as int8 records.
@@ -90,6 +93,12 @@ pub const RULES: &[Rule] = &[
         pattern: "decode attention → out · matmul(out) (int8 weights)",
         kernel: "the attention writes out as int8 records the product reads",
         apply: attention_records,
+    },
+    Rule {
+        name: "gate/up→int8 records",
+        pattern: "gate+up+activation → out · matmul(out) (int8 weights), out read by it alone",
+        kernel: "the gate/up product writes out as int8 records (only) the product reads",
+        apply: gate_up_records,
     },
     Rule {
         name: "combine→int8 records",
@@ -220,6 +229,20 @@ impl Planner<'_> {
             }
         }
         !self.f.step_local(out)
+    }
+
+    /// Whether a node after `i` reads `b` before one rewrites it, or a later step may (`b` is
+    /// not step-local).
+    fn read_after(&self, i: usize, b: BufId) -> bool {
+        for node in &self.g.nodes[i + 1..] {
+            if node.reads().contains(&b) {
+                return true;
+            }
+            if node.writes().contains(&b) {
+                return false;
+            }
+        }
+        !self.f.step_local(b)
     }
 
     fn last(&self) -> Option<&Kernel> {
@@ -411,6 +434,7 @@ fn gate_up_act(p: &mut Planner, i: usize) -> bool {
         glu: i,
         norm: norm.filter(|_| int8),
         records: records.filter(|_| int8),
+        records_out: false,
     };
     *p.kernels.last_mut().expect("checked") = kernel;
     true
@@ -450,6 +474,49 @@ fn attention_records(p: &mut Planner, i: usize) -> bool {
     }
     if let Some(Kernel::Attention { records, .. }) = p.kernels.last_mut() {
         *records = true;
+    }
+    p.kernels.push(Kernel::Products {
+        products: vec![i],
+        norm: None,
+        records: Some(k - 1),
+        residual: None,
+    });
+    true
+}
+
+fn gate_up_records(p: &mut Planner, i: usize) -> bool {
+    let Node::Product { x, lin, out, n } = *p.node(i) else {
+        return false;
+    };
+    let k = p.kernels.len();
+    let Some(&Kernel::GateUpAct {
+        gate,
+        up,
+        glu,
+        norm,
+        records_out: false,
+        ..
+    }) = p.last()
+    else {
+        return false;
+    };
+    let (Node::Glu { out: written, .. }, Node::Product { lin: lg, .. }, Node::Product { lin: lu, .. }) =
+        (p.node(glu), p.node(gate), p.node(up))
+    else {
+        return false;
+    };
+    // The f32 results are not written at all: nothing else may read them.
+    let fits = *written == x
+        && n == 1
+        && x != out
+        && !p.read_after(i, x)
+        && p.f.takes_records(lin.w.weight)
+        && p.f.glu_records(lg.w.weight, lu.w.weight, norm.is_some());
+    if !fits {
+        return false;
+    }
+    if let Some(Kernel::GateUpAct { records_out, .. }) = p.kernels.last_mut() {
+        *records_out = true;
     }
     p.kernels.push(Kernel::Products {
         products: vec![i],

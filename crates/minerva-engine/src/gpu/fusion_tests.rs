@@ -33,6 +33,9 @@ impl Facts for Fake {
     fn glu_int8(&self, _g: WeightId, _u: WeightId, norm: bool) -> bool {
         self.int8 && norm
     }
+    fn glu_records(&self, _g: WeightId, _u: WeightId, norm: bool) -> bool {
+        self.int8 && norm
+    }
     fn folds_rope(&self, p: &AttnParams, _kv: KvId, _dim: usize) -> bool {
         p.n == 1
     }
@@ -107,6 +110,8 @@ fn facts(int8: bool) -> Fake {
     for b in 0..12 {
         f.cols.insert(BufId(b), 64);
     }
+    // As the transformer allocates it: only the down product reads it.
+    f.step_local.insert(ACT);
     f.moes.push(MoeBlock {
         router: lin(40),
         experts: (0..4)
@@ -330,8 +335,9 @@ fn a_dense_decode_step_folds_norms_ropes_records_and_residuals() {
             glu: 13,
             norm: Some(10),
             records: None,
+            records_out: true,
         },
-        products(vec![14], None, None, Some(15)),
+        products(vec![14], None, Some(6), Some(15)),
         // Nothing rewrites the final norm's output in this step: it is dispatched as well.
         Kernel::Norm {
             node: 16,
@@ -390,7 +396,8 @@ fn without_int8_the_gate_up_product_reads_the_dispatched_norm() {
         up: 12,
         glu: 13,
         norm: None,
-        records: None
+        records: None,
+        records_out: false,
     }));
     // The attention writes no records; the output product reads att as it is.
     assert!(p.kernels.contains(&Kernel::Attention {
@@ -400,6 +407,42 @@ fn without_int8_the_gate_up_product_reads_the_dispatched_norm() {
         records: false
     }));
     assert!(p.kernels.contains(&products(vec![8], None, None, Some(9))));
+}
+
+#[test]
+fn the_gate_up_product_writes_records_only_where_the_down_product_alone_reads_them() {
+    let gate_up = |records_out| Kernel::GateUpAct {
+        gate: 11,
+        up: 12,
+        glu: 13,
+        norm: Some(10),
+        records: None,
+        records_out,
+    };
+    let g = step(1, 7, false);
+    let p = plan(&g, &facts(true));
+    assert!(p.kernels.contains(&gate_up(true)));
+    assert!(p.kernels.contains(&products(vec![14], None, Some(6), Some(15))));
+    // A later step may read act: its f32 values are written.
+    let mut f = facts(true);
+    f.step_local.remove(&ACT);
+    let p = plan(&g, &f);
+    assert!(p.kernels.contains(&gate_up(false)));
+    assert!(p.kernels.contains(&products(vec![14], None, None, Some(15))));
+    // So where another node of the step reads act after the down product.
+    let mut g = step(1, 7, false);
+    g.nodes.push(Node::Add {
+        acc: LAST,
+        x: ACT,
+        n: 1,
+    });
+    let p = plan(&g, &facts(true));
+    assert!(p.kernels.contains(&gate_up(false)));
+    // The explanation names the rule.
+    assert_eq!(
+        gate_up(true).rule(),
+        "norm→product, gate+up+activation, gate/up→int8 records"
+    );
 }
 
 #[test]

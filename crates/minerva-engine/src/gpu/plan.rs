@@ -25,13 +25,15 @@ pub enum Kernel {
         records: Option<usize>,
         residual: Option<usize>,
     },
-    /// The gate and up products of one row and the activation over them, in one dispatch.
+    /// The gate and up products of one row and the activation over them, in one dispatch;
+    /// `records_out`: the results written as int8 records (only) for the product reading them.
     GateUpAct {
         gate: usize,
         up: usize,
         glu: usize,
         norm: Option<usize>,
         records: Option<usize>,
+        records_out: bool,
     },
     /// The same RoPE of q and k, in one dispatch.
     RopePair { q: usize, k: usize },
@@ -110,13 +112,21 @@ impl Kernel {
                     parts.push("product→residual add");
                 }
             }
-            Kernel::GateUpAct { norm, records, .. } => {
+            Kernel::GateUpAct {
+                norm,
+                records,
+                records_out,
+                ..
+            } => {
                 if norm.is_some() {
                     parts.push("norm→product");
                 }
                 parts.push("gate+up+activation");
                 if records.is_some() {
                     parts.push("int8 records");
+                }
+                if *records_out {
+                    parts.push("gate/up→int8 records");
                 }
             }
             Kernel::RopePair { .. } => parts.push("rope q+k"),

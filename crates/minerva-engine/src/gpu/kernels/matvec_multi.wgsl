@@ -15,6 +15,10 @@
 // workgroup of WG threads, the lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it,
 // but with XQ_LOCAL, GLU only: each workgroup quantizes x itself, NORM's weights applied;
 // product.wgsl);
+// XQ_OUT (GLU with XQ_LOCAL, no MOE, RPW a multiple of 8): instead of f32 outputs the workgroup writes its
+// rows as int8 records (x_quant.wgsl) for the product that reads them next (the down product),
+// so that no quantizing dispatch comes between the two. Its RPW rows are then RPW / 8 whole
+// parts of 8 values in the records' order (vec4s j and j + 4 of a unit), not consecutive rows.
 // PACKED_F16 (GLU, both weights E2M1): the parts' products in packed f16 (HalfPart,
 // common.wgsl, through unit.wgsl's part_dot); X_HALVES (both weights of one decoder) converts x
 // once per workgroup (product.wgsl).
@@ -50,7 +54,7 @@ struct Params {
     route_renorm: u32,  // writes ids and weights (one part's), where the logits start
     route_writes: u32,
     logits_offset: u32,
-    _pad0: u32,
+    xq_out_scales: u32, // XQ_OUT: where the written records' scales start (vec4s)
 }
 
 #ifdef DOT_I8
@@ -62,7 +66,13 @@ struct Params {
 #else
 @group(0) @binding(30) var<storage, read> x: array<vec4<f32>>;
 #endif
+#ifdef XQ_OUT
+@group(0) @binding(31) var<storage, read_write> xq: array<vec4<u32>>;
+// Each row's result, for the threads that quantize the workgroup's parts.
+var<workgroup> row_out: array<f32, RPW>;
+#else
 @group(0) @binding(31) var<storage, read_write> y0: array<f32>;
+#endif
 #ifdef SPLIT
 @group(0) @binding(32) var<storage, read_write> y1: array<f32>;
 #ifdef THREE
@@ -167,7 +177,16 @@ fn main(
     let sg_lane = 0u;
 #endif
     let t = lid % TPR;
-    let row = (wid.x + wid.y * p.groups_x) * RPW + lid / TPR;
+    let group = wid.x + wid.y * p.groups_x;
+#ifdef XQ_OUT
+    // Slot s of the workgroup is value s % 8 of its part s / 8: vec4 j, then vec4 j + 4.
+    let slot = lid / TPR;
+    let part = group * (RPW / 8u) + slot / 8u;
+    let k = slot % 8u;
+    let row = (part / 4u) * 32u + (part % 4u) * 4u + (k % 4u) + (k / 4u) * 16u;
+#else
+    let row = group * RPW + lid / TPR;
+#endif
 #ifdef GLU
     var live = row < p.rows0;
     var expert = 0u;
@@ -236,9 +255,14 @@ fn main(
 #ifdef OSS
         let gc = min(gt, p.limit);
         let uc = clamp(ut, -p.limit, p.limit);
-        y0[o] = (uc + 1.0) * gc / (1.0 + exp(-p.alpha * gc));
+        let h = (uc + 1.0) * gc / (1.0 + exp(-p.alpha * gc));
 #else
-        y0[o] = gt / (1.0 + exp(-gt)) * ut;
+        let h = gt / (1.0 + exp(-gt)) * ut;
+#endif
+#ifdef XQ_OUT
+        row_out[slot] = h;
+#else
+        y0[o] = h;
 #endif
 #else
         let total = finish(s.x, s);
@@ -267,4 +291,17 @@ fn main(
         }
 #endif
     }
+#ifdef XQ_OUT
+    if (t == 0u && !live) {
+        row_out[slot] = 0.0;
+    }
+    workgroupBarrier();
+    let q = group * (RPW / 8u) + lid;
+    if (lid < RPW / 8u && q < p.rows0 / 8u) {
+        let v = 8u * lid;
+        let a = vec4<f32>(row_out[v], row_out[v + 1u], row_out[v + 2u], row_out[v + 3u]);
+        let b = vec4<f32>(row_out[v + 4u], row_out[v + 5u], row_out[v + 6u], row_out[v + 7u]);
+        store_record(q, p.xq_out_scales, quantize_part(a, b), 1.0);
+    }
+#endif
 }

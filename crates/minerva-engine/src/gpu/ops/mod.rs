@@ -278,7 +278,8 @@ struct MultiParams {
     route_renorm: u32,
     route_writes: u32,
     logits_offset: u32,
-    _pad: u32,
+    /// XQ_OUT: where the records written start their scales.
+    xq_out_scales: u32,
 }
 
 impl MultiParams {
@@ -312,7 +313,7 @@ impl MultiParams {
             route_renorm: 0,
             route_writes: 0,
             logits_offset: 0,
-            _pad: 0,
+            xq_out_scales: 0,
         }
     }
 }
@@ -357,6 +358,8 @@ struct MultiFlags {
     local: bool,
     /// The expert product routes its one token itself (`RouteIn`).
     route: bool,
+    /// The gate/up product writes its results as int8 records (XQ_OUT).
+    records_out: bool,
     /// Values per input vector (sizes X_HALVES's staging).
     cols: u32,
     /// Results per input vector (`Ops::shape`).
@@ -453,11 +456,20 @@ pub const PRODUCT_SHAPE: (u32, u32) = (256, 4);
 /// `PRODUCT_SHAPE`.
 pub const LOCAL_XQ_SHAPE: (u32, u32) = (512, 16);
 
-/// Inputs past which a product other than gate/up ones, reading x in f32 against weights other
-/// than E2M1, gives each row twice the lanes (`Ops::product_shape_of`): a lane of
-/// tinyllama's 5,632-input down product then takes its parts in two rounds of loads instead of
-/// three, 2 % faster on Q4_0 and Q8_0 (MLX 4-bit unchanged); rows of 2,048 inputs were slower
-/// so (benches/GPU.md, entry 117).
+/// ... for the gate/up products that write their results as int8 records (XQ_OUT): 256
+/// threads over 16 rows (16 lanes a row), two whole parts of 8 values a workgroup. On the
+/// H200 tinyllama Q4_0 decoded 2.5 % faster so than with `LOCAL_XQ_SHAPE`, whose workgroups
+/// wait longer at the barrier before the records; 512 × 32 1 % slower, 256 × 8, 256 × 32,
+/// 128 × 16 and 512 × 8 3–6 %, 1,024 × 16 and 128 × 8 7–9 %. The products that write f32
+/// keep `LOCAL_XQ_SHAPE`: 256 × 16 was 1 % slower there (benches/GPU.md, entry 120).
+pub const GLU_RECORDS_SHAPE: (u32, u32) = (256, 16);
+
+/// Inputs past which a product other than gate/up ones, reading x in f32 or int8 against
+/// weights other than E2M1, gives each row twice the lanes (`Ops::product_shape_of`): a lane
+/// of tinyllama's 5,632-input down product then takes its parts in two rounds of loads
+/// instead of three, 2 % faster on Q4_0 and Q8_0 in f32 (MLX 4-bit unchanged), and on int8
+/// records from the gate/up product 12.9 → 12.4 µs a launch; rows of 2,048 inputs were slower
+/// so (benches/GPU.md, entries 117 and 120).
 pub const LONG_ROW: u32 = 4096;
 
 /// ... for the products that stage x in f16 pairs (X_HALVES): 256 threads over 8 rows (32
@@ -749,9 +761,14 @@ impl Ops {
     /// writing its records) and its own dispatch follow each other, and wgpu orders
     /// dispatches that write and read one buffer.
     fn records_buffer(&self, parts: u32) -> XRecords {
+        self.records_in("int8 x", parts)
+    }
+
+    /// Room for `parts` int8 records in the scratch buffer `name` (see `records_buffer`).
+    fn records_in(&self, name: &'static str, parts: u32) -> XRecords {
         let vec4s = parts + parts / 2 + parts.div_ceil(4);
         XRecords {
-            buf: self.scratch_buffer("int8 x", vec4s as u64 * 16),
+            buf: self.scratch_buffer(name, vec4s as u64 * 16),
             scales: parts,
         }
     }

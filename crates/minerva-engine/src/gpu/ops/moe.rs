@@ -197,6 +197,7 @@ impl Ops {
             xq_norm: false,
             local: false,
             route: route.is_some(),
+            records_out: false,
             cols: gs.in_dim as u32,
             rows: gs.out_dim as u32,
         };

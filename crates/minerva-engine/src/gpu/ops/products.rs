@@ -3,7 +3,7 @@
 
 use super::{
     grid2, rows_per_lane, Bias, Eltwise, ExpertSel, Folds, MatSel, MultiFlags, MultiParams,
-    NormFold, Ops, PartRange, Region, XRecords, LONG_ROW, X_HALVES_BYTES,
+    NormFold, Ops, PartRange, Region, XRecords, GLU_RECORDS_SHAPE, LONG_ROW, X_HALVES_BYTES,
 };
 use crate::gpu::error::{GpuError, GpuResult};
 use crate::gpu::pipelines::Dispatch;
@@ -212,7 +212,9 @@ impl Ops {
     /// inputs of `cols` values, by what its lanes hold of x: `Ops::shape`, except that gate/up
     /// products quantizing x in their own workgroups (`local`) take `LOCAL_XQ_SHAPE`, and
     /// products other than gate/up ones (`glu`) whose lanes read x in f32 against weights other
-    /// than E2M1 (`ProductX::Plain`) give rows of more than `LONG_ROW` inputs twice the lanes.
+    /// than E2M1 (`ProductX::Plain`) or as int8 records give rows of more than `LONG_ROW`
+    /// inputs twice the lanes. Gate/up products writing int8 records take `GLU_RECORDS_SHAPE`
+    /// (`multi_pipeline`).
     fn product_shape_of(
         &self,
         glu: bool,
@@ -226,7 +228,7 @@ impl Ops {
             (wg, rows)
         } else if local {
             self.local_xq_shape
-        } else if !glu && x == ProductX::Plain && cols > LONG_ROW {
+        } else if !glu && matches!(x, ProductX::Plain | ProductX::Int8) && cols > LONG_ROW {
             (wg, rows / 2)
         } else {
             (wg, rows)
@@ -501,15 +503,78 @@ impl Ops {
         norm: Option<NormFold>,
         biases: &[Bias],
     ) -> GpuResult<Vec<Dispatch>> {
+        self.multi_product(weights, x, outs, None, mode, norm, biases)
+    }
+
+    /// Records for the results of a gate/up product of `rows` outputs that writes them as int8
+    /// records (`gate_up_records`), in a scratch buffer of their own: such a product may read
+    /// x as records in the shared one.
+    pub fn glu_records(&self, rows: u32) -> XRecords {
+        self.records_in("int8 gate/up", rows / 8)
+    }
+
+    /// Whether a gate/up/activation product over `weights` (folding a norm with `norm`) can
+    /// write its results as int8 records (XQ_OUT) for the product reading them next: it
+    /// quantizes its x itself (`glu_quantizes_locally`; the kernel's `xq` binding is then free
+    /// for the records it writes) and its outputs are whole units of 32 values.
+    pub fn glu_writes_records(&self, weights: &[&GpuWeight], norm: bool) -> bool {
+        let Some(w) = weights.first() else {
+            return false;
+        };
+        weights.len() == 2
+            && norm
+            && w.rows.is_multiple_of(32)
+            && weights.iter().all(|w| w.parts.len() == 1)
+            && self.glu_quantizes_locally(weights, w.rows as u32, w.cols as u32)
+    }
+
+    /// The gate/up/activation product (`Multi::Glu`) of one vector writing its results as the
+    /// int8 records `out` (`glu_records`) instead of f32 values, so that the product reading
+    /// them next needs no quantizing dispatch (`glu_writes_records` says where it can).
+    pub fn gate_up_records(
+        &self,
+        weights: &[&GpuWeight],
+        x: Region,
+        act: Eltwise,
+        norm: Option<NormFold>,
+        out: &XRecords,
+    ) -> GpuResult<Vec<Dispatch>> {
+        if !self.glu_writes_records(weights, norm.is_some()) {
+            return Err(GpuError::Unsupported {
+                tensor: weights.first().map(|w| w.name.clone()).unwrap_or_default(),
+                reason: "a gate/up product writing int8 records of its results".into(),
+            });
+        }
+        self.multi_product(weights, x, &[], Some(out), Multi::Glu(act), norm, &[])
+    }
+
+    /// `matvec_multi`, its results into `outs` or (GLU only) as the int8 records `records_out`.
+    #[allow(clippy::too_many_arguments)]
+    fn multi_product(
+        &self,
+        weights: &[&GpuWeight],
+        x: Region,
+        outs: &[&wgpu::Buffer],
+        records_out: Option<&XRecords>,
+        mode: Multi,
+        norm: Option<NormFold>,
+        biases: &[Bias],
+    ) -> GpuResult<Vec<Dispatch>> {
         let bad = |reason: String| GpuError::Unsupported {
             tensor: weights.first().map(|w| w.name.clone()).unwrap_or_default(),
             reason,
         };
         let glu = matches!(mode, Multi::Glu(_));
         let shape_ok = match mode {
-            Multi::Split => (2..=3).contains(&weights.len()) && outs.len() == weights.len(),
+            Multi::Split => {
+                (2..=3).contains(&weights.len())
+                    && outs.len() == weights.len()
+                    && records_out.is_none()
+            }
             Multi::Glu(_) => {
-                weights.len() == 2 && outs.len() == 1 && weights[0].rows == weights[1].rows
+                weights.len() == 2
+                    && outs.len() + usize::from(records_out.is_some()) == 1
+                    && weights[0].rows == weights[1].rows
             }
         };
         let biases_ok = biases.is_empty() || biases.len() == weights.len();
@@ -562,6 +627,7 @@ impl Ops {
             xq_norm: given.is_some(),
             local,
             route: false,
+            records_out: records_out.is_some(),
             cols,
             rows,
         };
@@ -586,6 +652,7 @@ impl Ops {
             bias_offsets: std::array::from_fn(|i| biases.get(i).map(|b| b.offset).unwrap_or(0)),
             xq_scales: xq_scales(&quantized),
             xq_sq: given.map(|r| r.sq_at()).unwrap_or(0),
+            xq_out_scales: records_out.map(|r| r.scales).unwrap_or(0),
             ..MultiParams::whole(used, cols, x.offset, gx)
         };
         let ub = self.ctx.params("multi params", &params);
@@ -596,6 +663,9 @@ impl Ops {
         entries.push((30, x_binding(&quantized, x.buf)));
         for (i, o) in outs.iter().enumerate() {
             entries.push((31 + i as u32, o));
+        }
+        if let Some(r) = records_out {
+            entries.push((31, &r.buf));
         }
         entries.push((34, &ub));
         if let Some(n) = &norm {
@@ -626,7 +696,11 @@ impl Ops {
             .then(|| self.x_halves_defines(flags.cols))
             .flatten();
         let x = ProductX::of(halves.is_some(), e2m1, flags.int8);
-        let shape = self.product_shape_of(glu, x, flags.rows, flags.cols, flags.local);
+        let shape = if flags.records_out {
+            GLU_RECORDS_SHAPE
+        } else {
+            self.product_shape_of(glu, x, flags.rows, flags.cols, flags.local)
+        };
         let mut d = self.product_defines(glu, x, shape);
         if packed {
             // The kernel (common.wgsl: f16 on) and each weight's decoder (its half parts).
@@ -659,6 +733,7 @@ impl Ops {
             xq_norm,
             local,
             route,
+            records_out,
             cols,
             rows: _,
         } = flags;
@@ -670,6 +745,7 @@ impl Ops {
             (int8, "DOT_I8"),
             (xq_norm, "XQ_NORM"),
             (route, "ROUTE"),
+            (records_out, "XQ_OUT"),
         ] {
             if on {
                 flag(f);
