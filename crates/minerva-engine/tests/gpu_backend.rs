@@ -37,7 +37,8 @@ fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
     // folded into its one query's decode kernel), output product (adding into the residual
     // stream), the norm, gate/up/act product, down product (adding into the residual); with
     // Q4_0/Q8_0 gate and up weights 5, the gate/up product quantizing x to int8 itself and
-    // applying the norm as it does; then the output product (the final norm folded in: its
+    // applying the norm as it does, and writing its results as int8 records for the down
+    // product; then the output product (the final norm folded in: its
     // output is step-local, so not dispatched as well) and argmax. gpt-oss layers 7: q/k/v
     // with biases, attention with the RoPE and write, output product, router (with the norm
     // folded in, writing its output for the experts), gate/up/activation (routing the token
@@ -85,6 +86,12 @@ fn weights_keep_their_size_and_decode_submits_in_planned_pieces() {
                 model.explain_plan(1e12).unwrap_or_default()
             );
             eprintln!("{fixture}: {launches} dispatches in one decode step");
+        }
+        // Each layer's gate/up product hands its results to the down product as int8 records.
+        if fixture.ends_with("Q4_0.gguf") && ctx.int8_products {
+            let plan = model.explain_plan(1e12).unwrap_or_default();
+            let handed = plan.matches("gate/up→int8 records").count();
+            assert_eq!(handed, 2, "{fixture}: the decode step planned as\n{plan}");
         }
     }
 }

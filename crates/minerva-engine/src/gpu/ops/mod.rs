@@ -458,10 +458,11 @@ pub const LOCAL_XQ_SHAPE: (u32, u32) = (512, 16);
 
 /// ... for the gate/up products that write their results as int8 records (XQ_OUT): 256
 /// threads over 16 rows (16 lanes a row), two whole parts of 8 values a workgroup. On the
-/// H200 tinyllama Q4_0 decoded 2.5 % faster so than with `LOCAL_XQ_SHAPE`, whose workgroups
-/// wait longer at the barrier before the records; 512 × 32 1 % slower, 256 × 8, 256 × 32,
-/// 128 × 16 and 512 × 8 3–6 %, 1,024 × 16 and 128 × 8 7–9 %. The products that write f32
-/// keep `LOCAL_XQ_SHAPE`: 256 × 16 was 1 % slower there (benches/GPU.md, entry 120).
+/// H200 tinyllama Q4_0 decoded 2.2 % faster so than with `LOCAL_XQ_SHAPE`, whose 512-thread
+/// workgroups paid ≈ 2 µs a launch for the barrier and quantization before the records;
+/// 256 × 8 and 512 × 32 were 2–3 % slower than 256 × 16, 256 × 32, 128 × 16, 512 × 8 and
+/// 1,024 × 32 5–7 %, 1,024 × 16 and 128 × 8 8–9 %. The products that write f32 keep
+/// `LOCAL_XQ_SHAPE`: 256 × 16 was 1 % slower there with Q4_0 (benches/GPU.md, entry 120).
 pub const GLU_RECORDS_SHAPE: (u32, u32) = (256, 16);
 
 /// Inputs past which a product other than gate/up ones, reading x in f32 or int8 against
