@@ -1,6 +1,7 @@
 //! GPU decode products with int8 x (DOT_I8) for Q4_0, Q4_1, Q5_1, Q8_0 and k-quant weights
-//! against the CPU, within the quantization of x: one weight, several in one dispatch (reading the MoE combine's
-//! records too), and expert products.
+//! against the CPU, within the quantization of x: one weight, several in one dispatch (reading
+//! the MoE combine's records too), expert products, gate/up products quantizing x themselves
+//! and writing their results as records for the down product.
 
 mod gpu_common;
 
@@ -698,14 +699,24 @@ fn gate_up_products_write_int8_records_for_the_down_product() {
             records: Some(&records),
         };
         let w = &ws[2];
-        let (hr, yr) = (Region::new(&xb, 0, ffn as u32), Region::new(&yb, 0, hidden as u32));
+        let (hr, yr) = (
+            Region::new(&xb, 0, ffn as u32),
+            Region::new(&yb, 0, hidden as u32),
+        );
         d.extend(
             ops.matvec(w, &MatSel::whole(w), hr, yr, 1, None, None, folds)
                 .unwrap(),
         );
         let labels: Vec<String> = d.iter().map(|d| d.label.to_string()).collect();
-        assert_eq!(labels.len(), 2, "{what}: no quantizing dispatch: {labels:?}");
-        assert!(labels.iter().all(|l| l.ends_with(" int8")), "{what}: {labels:?}");
+        assert_eq!(
+            labels.len(),
+            2,
+            "{what}: no quantizing dispatch: {labels:?}"
+        );
+        assert!(
+            labels.iter().all(|l| l.ends_with(" int8")),
+            "{what}: {labels:?}"
+        );
         ctx.submit(&d.iter().collect::<Vec<_>>()).unwrap();
 
         // The activation on the CPU, and what its int8 products may differ by (as in
@@ -754,7 +765,10 @@ fn gate_up_products_write_int8_records_for_the_down_product() {
                     h[c]
                 );
             }
-            assert!((terms - sum).abs() <= 1e-3, "{what}: part {p}: sum {sum} vs {terms}");
+            assert!(
+                (terms - sum).abs() <= 1e-3,
+                "{what}: part {p}: sum {sum} vs {terms}"
+            );
         }
 
         // The down product over the records, added into the residual stream.
@@ -764,7 +778,9 @@ fn gate_up_products_write_int8_records_for_the_down_product() {
         let qbound = int8_bounds(&refs[2], &h_bound, hidden, ffn);
         for r in 0..hidden {
             let want = resid0[r] + y[r];
-            let moved: f32 = (0..ffn).map(|c| refs[2][r * ffn + c].abs() * h_tol[c]).sum();
+            let moved: f32 = (0..ffn)
+                .map(|c| refs[2][r * ffn + c].abs() * h_tol[c])
+                .sum();
             let tol = moved + qbound[r] + 2e-5 * (1.0 + mag[r] + resid0[r].abs());
             assert!(
                 (got[r] - want).abs() <= tol,

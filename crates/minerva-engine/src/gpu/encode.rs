@@ -485,9 +485,7 @@ impl GpuBackend {
             None => None,
         };
         Ok(match writes {
-            Some(r) => self
-                .ops
-                .gate_up_records(&ws, xr, glu_op(*act), norm, r)?,
+            Some(r) => self.ops.gate_up_records(&ws, xr, glu_op(*act), norm, r)?,
             None => self.ops.matvec_multi(
                 &ws,
                 xr,

@@ -500,8 +500,11 @@ fn gate_up_records(p: &mut Planner, i: usize) -> bool {
     else {
         return false;
     };
-    let (Node::Glu { out: written, .. }, Node::Product { lin: lg, .. }, Node::Product { lin: lu, .. }) =
-        (p.node(glu), p.node(gate), p.node(up))
+    let (
+        Node::Glu { out: written, .. },
+        Node::Product { lin: lg, .. },
+        Node::Product { lin: lu, .. },
+    ) = (p.node(glu), p.node(gate), p.node(up))
     else {
         return false;
     };

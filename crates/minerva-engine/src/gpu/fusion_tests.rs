@@ -422,13 +422,17 @@ fn the_gate_up_product_writes_records_only_where_the_down_product_alone_reads_th
     let g = step(1, 7, false);
     let p = plan(&g, &facts(true));
     assert!(p.kernels.contains(&gate_up(true)));
-    assert!(p.kernels.contains(&products(vec![14], None, Some(6), Some(15))));
+    assert!(p
+        .kernels
+        .contains(&products(vec![14], None, Some(6), Some(15))));
     // A later step may read act: its f32 values are written.
     let mut f = facts(true);
     f.step_local.remove(&ACT);
     let p = plan(&g, &f);
     assert!(p.kernels.contains(&gate_up(false)));
-    assert!(p.kernels.contains(&products(vec![14], None, None, Some(15))));
+    assert!(p
+        .kernels
+        .contains(&products(vec![14], None, None, Some(15))));
     // So where another node of the step reads act after the down product.
     let mut g = step(1, 7, false);
     g.nodes.push(Node::Add {

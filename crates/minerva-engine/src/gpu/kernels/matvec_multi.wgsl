@@ -15,10 +15,11 @@
 // workgroup of WG threads, the lanes of a row taking its 8-value parts in turn. DOT_I8 as in matvec.wgsl (no NORM with it,
 // but with XQ_LOCAL, GLU only: each workgroup quantizes x itself, NORM's weights applied;
 // product.wgsl);
-// XQ_OUT (GLU with XQ_LOCAL, no MOE, RPW a multiple of 8): instead of f32 outputs the workgroup writes its
-// rows as int8 records (x_quant.wgsl) for the product that reads them next (the down product),
-// so that no quantizing dispatch comes between the two. Its RPW rows are then RPW / 8 whole
-// parts of 8 values in the records' order (vec4s j and j + 4 of a unit), not consecutive rows.
+// XQ_OUT (GLU with XQ_LOCAL, no MOE, RPW a multiple of 8): instead of f32 outputs the
+// workgroup writes its rows as int8 records (x_quant.wgsl) for the product that reads them next
+// (the down product), so that no quantizing dispatch comes between the two. Its RPW rows are
+// then RPW / 8 whole parts of 8 values in the records' order (vec4s j and j + 4 of a unit), not
+// consecutive rows.
 // PACKED_F16 (GLU, both weights E2M1): the parts' products in packed f16 (HalfPart,
 // common.wgsl, through unit.wgsl's part_dot); X_HALVES (both weights of one decoder) converts x
 // once per workgroup (product.wgsl).
