@@ -245,6 +245,17 @@ impl Planner<'_> {
         !self.f.step_local(b)
     }
 
+    /// Plans product `i` on its own (folding the norm `norm`), reading x as the int8 records
+    /// that kernel `from` writes.
+    fn push_record_reader(&mut self, i: usize, norm: Option<usize>, from: usize) {
+        self.kernels.push(Kernel::Products {
+            products: vec![i],
+            norm,
+            records: Some(from),
+            residual: None,
+        });
+    }
+
     fn last(&self) -> Option<&Kernel> {
         self.kernels.last()
     }
@@ -475,12 +486,7 @@ fn attention_records(p: &mut Planner, i: usize) -> bool {
     if let Some(Kernel::Attention { records, .. }) = p.kernels.last_mut() {
         *records = true;
     }
-    p.kernels.push(Kernel::Products {
-        products: vec![i],
-        norm: None,
-        records: Some(k - 1),
-        residual: None,
-    });
+    p.push_record_reader(i, None, k - 1);
     true
 }
 
@@ -521,12 +527,7 @@ fn gate_up_records(p: &mut Planner, i: usize) -> bool {
     if let Some(Kernel::GateUpAct { records_out, .. }) = p.kernels.last_mut() {
         *records_out = true;
     }
-    p.kernels.push(Kernel::Products {
-        products: vec![i],
-        norm: None,
-        records: Some(k - 1),
-        residual: None,
-    });
+    p.push_record_reader(i, None, k - 1);
     true
 }
 
@@ -572,12 +573,7 @@ fn combine_records(p: &mut Planner, i: usize) -> bool {
     if let Kernel::Moe { records, .. } = &mut p.kernels[k - 2] {
         *records = Some(norm);
     }
-    p.kernels.push(Kernel::Products {
-        products: vec![i],
-        norm: Some(norm),
-        records: Some(k - 2),
-        residual: None,
-    });
+    p.push_record_reader(i, Some(norm), k - 2);
     true
 }
 
