@@ -1,7 +1,7 @@
-//! GPU decode products with int8 x (DOT_I8) for Q4_0, Q4_1, Q5_1, Q8_0 and k-quant weights
-//! against the CPU, within the quantization of x: one weight, several in one dispatch (reading
-//! the MoE combine's records too), expert products, gate/up products quantizing x themselves
-//! and writing their results as records for the down product.
+//! GPU decode products with int8 x (DOT_I8) for Q4_0, Q4_1, Q5_1, Q8_0, k-quant and MLX 4- and
+//! 8-bit affine weights against the CPU, within the quantization of x: one weight, several in
+//! one dispatch (reading the MoE combine's records too), expert products, gate/up products
+//! quantizing x themselves and writing their results as records for the down product.
 
 mod gpu_common;
 
@@ -65,7 +65,7 @@ fn x_with_zero_unit(cols: usize, rng: &mut Rng) -> Vec<f32> {
 }
 
 /// The weight dtypes whose decode products take int8 x.
-const INT8_DTYPES: [DType; 7] = [
+const INT8_DTYPES: [DType; 9] = [
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_1,
@@ -73,14 +73,17 @@ const INT8_DTYPES: [DType; 7] = [
     DType::Q4_K,
     DType::Q5_K,
     DType::Q6_K,
+    DType::MlxAffine { bits: 4, group: 64 },
+    DType::MlxAffine { bits: 8, group: 32 },
 ];
 
 /// Row lengths the int8 products are checked at: for Q4_0 and Q8_0, 96, 2336 (73 units: rows'
 /// lanes end on different parts of a unit) and 2880 (gpt-oss: 90 units, 360 parts, more than one
-/// workgroup of the quantization); k-quants, whose blocks hold 256 values, 256, 2304 and 2560.
+/// workgroup of the quantization); k-quants, whose blocks hold 256 values, and MLX's affine
+/// weights (groups of up to 128), 256, 2304 and 2560.
 fn int8_cols(dtype: DType) -> [usize; 3] {
     match dtype {
-        DType::Q4_K | DType::Q5_K | DType::Q6_K => [256, 2304, 2560],
+        DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::MlxAffine { .. } => [256, 2304, 2560],
         _ => [96, 2336, 2880],
     }
 }

@@ -66,9 +66,10 @@ pub struct GpuContext {
     /// The kernels built on the device, kept with it for the next model.
     pipelines: Arc<super::pipelines::Pipelines>,
     pub caps: Capabilities,
-    /// Decode products of Q4_0 and Q8_0 weights quantize x per 8 values to two int8 terms
-    /// (each value within 1/64516 of its part's max|x|) and take integer dot products: on
-    /// unless `kv_f32` asks for exact results or MINERVA_GPU_INT8_DOT=0.
+    /// Decode products of the weights that take it (`Ops::int8_weights`: GGUF's Q4_0, Q4_1,
+    /// Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, MLX's 4- and 8-bit affine) quantize x per 8 values to
+    /// two int8 terms (each value within 1/64516 of its part's max|x|) and take integer dot
+    /// products: on unless `kv_f32` asks for exact results or MINERVA_GPU_INT8_DOT=0.
     pub int8_products: bool,
     errors: Arc<Mutex<Option<GpuError>>>,
     submits: AtomicU64,

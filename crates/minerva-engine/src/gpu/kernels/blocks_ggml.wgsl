@@ -111,12 +111,6 @@ fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
 #ifdef DOT_I8
 // Part j against quantized x (common.wgsl's XQuant: x vec4s j and j + 4 of the unit, each term's
 // bytes), both terms' integer dot products joined in x's steps, times the block's scale.
-
-// Codes as bytes, low (meeting x vec4 j) and high (vec4 j + 4), that stand for n · d + m
-// (dm = (d, m)), against x.
-fn offset_dot(low: u32, high: u32, dm: vec2<f32>, x: XQuant) -> f32 {
-    return codes_dot(low, high, x) * dm.x + x.sum * dm.y;
-}
 #ifdef DT_Q4_0
 // The nibbles as bytes: the low ones meet x vec4 j, the high ones vec4 j + 4. A nibble n stands
 // for n - 8, so the part's dot product is Σ n·q - 8·Σq. Each term's is at most 8 · 15 · 127 in

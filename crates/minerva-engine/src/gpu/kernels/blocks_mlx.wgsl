@@ -75,4 +75,33 @@ fn load_part(row: u32, u: u32, j: u32, cols: u32) -> Part {
     return Part(q[0] * scale + bias, q[1] * scale + bias);
 }
 
+#ifdef DOT_I8
+// Part j against quantized x (common.wgsl's XQuant: x vec4s j and j + 4 of the unit), for 4- and
+// 8-bit values only (`Ops::int8_weights`): the codes as bytes meeting x's, each standing for
+// n · scale + bias. 4-bit: vec4 j's codes are the 16 bits of half j % 2 of word j / 2, vec4
+// j + 4's the same half of word 2 + j / 2. 8-bit: words j and j + 4, whose unsigned bytes are
+// read as n - 128, the bias taking 128 · scale. Each term's dot product is at most 8 · 128 · 127
+// in size, exact as f32.
+fn dot_i8_part(row: u32, u: u32, j: u32, cols: u32, x: XQuant) -> f32 {
+    let g = row * (cols / GROUP) + (u * 32u) / GROUP;
+    let scale = affine_param(1u, g);
+    let bias = affine_param(2u, g);
+    let first_word = (row * (cols / 32u) + u) * BITS;
+    if (BITS == 8u) {
+        let low = w0[first_word + j] ^ 0x80808080u;
+        let high = w0[first_word + 4u + j] ^ 0x80808080u;
+        return offset_dot(low, high, vec2<f32>(scale, bias + 128.0 * scale), x);
+    }
+    let shift = 16u * (j & 1u);
+    let low = nibbles_to_bytes(w0[first_word + j / 2u] >> shift);
+    let high = nibbles_to_bytes(w0[first_word + 2u + j / 2u] >> shift);
+    return offset_dot(low, high, vec2<f32>(scale, bias), x);
+}
+
+// The four nibbles in bits 0..15 of `v` as bytes 0..3 of a word.
+fn nibbles_to_bytes(v: u32) -> u32 {
+    return (v & 0xFu) | ((v & 0xF0u) << 4u) | ((v & 0xF00u) << 8u) | ((v & 0xF000u) << 12u);
+}
+#endif
+
 #include "unit.wgsl"

@@ -8,7 +8,8 @@
 // the weight (a tensor split across bindings) does nothing. NORM folds an RMSNorm of x into the
 // product; RESIDUAL also adds each result into `resid` (the residual stream); NORM_OUT (with
 // NORM, one vector) also writes the norm's output into `normed`, for products that read it next.
-// DOT_I8 (Q4_0 and Q8_0 weights) reads x as quantize_x.wgsl wrote it, two int8 terms per part
+// DOT_I8 (weights whose decoder defines `dot_i8_part`: `Ops::int8_weights`) reads x as int8
+// records (quantize_x.wgsl's, or those of the kernel that produced x), two int8 terms per part
 // (about 15 bits, any norm applied), and takes integer dot products (unit.wgsl, common.wgsl); it
 // goes without NORM and NORM_OUT.
 // PACKED_F16 (E2M1 weights): each part's products and their sums in packed f16 (HalfPart,

@@ -34,6 +34,12 @@ fn codes_dot(low: u32, high: u32, x: XQuant) -> f32 {
     return join_terms(coarse, fine);
 }
 
+// Codes as bytes, low (meeting x vec4 j) and high (vec4 j + 4), that stand for n · d + m
+// (dm = (d, m)), against x.
+fn offset_dot(low: u32, high: u32, dm: vec2<f32>, x: XQuant) -> f32 {
+    return codes_dot(low, high, x) * dm.x + x.sum * dm.y;
+}
+
 // Four values rounded to the nearest integers.
 fn rounded(v: vec4<f32>) -> vec4<i32> {
     return vec4<i32>(round(v));

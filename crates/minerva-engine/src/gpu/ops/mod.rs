@@ -383,7 +383,8 @@ pub struct Ops {
     /// Rows each lane of a plain product (matvec.wgsl) takes, sharing its x reads; None:
     /// `rows_per_lane` chooses.
     rows_per_lane: Option<u32>,
-    /// Decode products of Q4_0 and Q8_0 weights take int8 x (`GpuContext::int8_products`).
+    /// Int8 decode products on for the weights that take them (`int8_weights`;
+    /// `GpuContext::int8_products`).
     int8_products: bool,
     /// ... those of at least this many outputs (INT8_MIN_OUTPUTS).
     int8_min_outputs: u32,
@@ -624,8 +625,8 @@ impl Ops {
         self.rows_per_lane = Some(rows.clamp(1, 3));
     }
 
-    /// Turns the int8 decode products of Q4_0 and Q8_0 weights on or off (f32 products, as
-    /// exact as the other dtypes').
+    /// Turns the int8 decode products (`int8_weights`) on or off (f32 products, as exact as the
+    /// other dtypes').
     pub fn set_int8_products(&mut self, on: bool) {
         self.int8_products = on;
     }
@@ -663,7 +664,8 @@ impl Ops {
     }
 
     /// Whether int8 products are on and `weights` can take int8 x at all: every weight Q4_0,
-    /// Q4_1, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K, and with `one_x` (GLU) of one dtype.
+    /// Q4_1, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K or MLX's 4- or 8-bit affine, and with `one_x` (GLU)
+    /// of one dtype.
     fn int8_weights(&self, weights: &[&GpuWeight], one_x: bool) -> bool {
         self.int8_products
             && weights.iter().all(|w| {
@@ -676,6 +678,7 @@ impl Ops {
                         | DType::Q4_K
                         | DType::Q5_K
                         | DType::Q6_K
+                        | DType::MlxAffine { bits: 4 | 8, .. }
                 )
             })
             && (!one_x || weights.iter().all(|w| w.dtype == weights[0].dtype))
