@@ -745,22 +745,12 @@ fn gate_up_products_write_int8_records_for_the_down_product() {
         let words = ctx
             .read_u32(records.buffer(), 0, 4 * (parts + parts / 2))
             .unwrap();
-        let bytes = |w: u32| w.to_le_bytes().map(|b| b as i8 as f32);
         for p in 0..parts {
-            let q = &words[4 * p..4 * p + 4];
-            let at = 4 * (records.scales() as usize + p / 2) + 2 * (p % 2);
-            let (scale, sum) = (f32::from_bits(words[at]), f32::from_bits(words[at + 1]));
-            let (unit, j) = (p / 4, p % 4);
+            let (scale, sum, values) = activations::record(&words, parts, p);
             let mut terms = 0.0;
-            for k in 0..8 {
-                let (coarse, fine) = if k < 4 {
-                    (bytes(q[0])[k], bytes(q[2])[k])
-                } else {
-                    (bytes(q[1])[k - 4], bytes(q[3])[k - 4])
-                };
-                terms += coarse + fine / 254.0;
-                let c = 32 * unit + 4 * j + k % 4 + 16 * (k / 4);
-                let got = scale * (coarse + fine / 254.0);
+            for (k, &(c, t)) in values.iter().enumerate() {
+                terms += t;
+                let got = scale * t;
                 let tol = h_tol[c] + 1.05 * scale / 508.0 + 1e-6;
                 assert!(
                     (got - h[c]).abs() <= tol,

@@ -36,26 +36,40 @@ pub fn cpu_rope(
     }
 }
 
+/// Part i of the `parts` int8 records in `words` (x_quant.wgsl's layout: every part's packed
+/// terms, then their (scale, sum) pairs): its scale, its sum, and for each of its 8 values
+/// (values 4j.. and 16 + 4j.. of a unit of 32) the value's index in the vector and its steps,
+/// coarse + fine / 254.
+pub fn record(words: &[u32], parts: usize, i: usize) -> (f32, f32, [(usize, f32); 8]) {
+    let byte = |w: u32, k: usize| ((w >> (8 * k)) & 0xFF) as u8 as i8 as f32;
+    let rec = &words[4 * i..4 * i + 4];
+    let scale = f32::from_bits(words[4 * parts + 2 * i]);
+    let sum = f32::from_bits(words[4 * parts + 2 * i + 1]);
+    let base = (i / 4) * 32 + 4 * (i % 4);
+    let values = std::array::from_fn(|k| {
+        let t = byte(rec[k / 4], k % 4) + byte(rec[2 + k / 4], k % 4) / 254.0;
+        (base + k % 4 + 16 * (k / 4), t)
+    });
+    (scale, sum, values)
+}
+
 /// x_quant.wgsl's int8 records of `x` (then their (scale, sum) pairs) as `words`: each part
 /// (values 4j.. and 16 + 4j.. of a unit of 32) with scale max|v| / 127, its values within
 /// scale / 508 of x, and its sum Σ (coarse + fine / 254).
 pub fn check_records(what: &str, x: &[f32], words: &[u32]) {
     let parts = x.len() / 8;
-    let byte = |w: u32, k: usize| ((w >> (8 * k)) & 0xFF) as u8 as i8 as f32;
     for i in 0..parts {
-        let rec = &words[4 * i..4 * i + 4];
-        let scale = f32::from_bits(words[4 * parts + 2 * i]);
-        let sum = f32::from_bits(words[4 * parts + 2 * i + 1]);
-        let base = (i / 4) * 32 + 4 * (i % 4);
-        let cols: Vec<usize> = (0..8).map(|k| base + k % 4 + 16 * (k / 4)).collect();
-        let amax = cols.iter().map(|&c| x[c].abs()).fold(0.0f32, f32::max);
+        let (scale, sum, values) = record(words, parts, i);
+        let amax = values
+            .iter()
+            .map(|&(c, _)| x[c].abs())
+            .fold(0.0f32, f32::max);
         assert!(
             (scale - amax / 127.0).abs() <= 1e-6 * amax,
             "{what}: part {i} scale {scale} for max {amax}"
         );
         let mut steps = 0.0;
-        for (k, &c) in cols.iter().enumerate() {
-            let t = byte(rec[k / 4], k % 4) + byte(rec[2 + k / 4], k % 4) / 254.0;
+        for &(c, t) in &values {
             steps += t;
             assert!(
                 (scale * t - x[c]).abs() <= scale / 508.0 * 1.02 + 1e-30,

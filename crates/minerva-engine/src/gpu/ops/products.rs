@@ -510,7 +510,7 @@ impl Ops {
     /// records (`gate_up_records`), in a scratch buffer of their own: such a product may read
     /// x as records in the shared one.
     pub fn glu_records(&self, rows: u32) -> XRecords {
-        self.records_in("int8 gate/up", rows / 8)
+        self.records_in("int8 gate/up", x_parts(rows))
     }
 
     /// Whether a gate/up/activation product over `weights` (folding a norm with `norm`) can
